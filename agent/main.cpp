@@ -1,0 +1,84 @@
+// sbx-agent: the process inside every sandbox. It runs commands and moves files
+// for the host over the agent protocol (core/protocol.hpp). Small and static so
+// that one binary works as the init of a namespaced tree, a gVisor container
+// or a micro-VM guest.
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "agent/server.hpp"
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+
+namespace {
+
+void usage() {
+  std::fputs(
+      "usage: sbx-agent [--listen-fd N] [--fd N]... [--exit-on-close] [--mkdir DIR]... [--no-confine]\n"
+      "Serves the sbx agent protocol inside a sandbox. Not meant to be run by hand.\n",
+      stderr);
+}
+
+int parse_fd(const char* s) {
+  char* end;
+  long v = std::strtol(s, &end, 10);
+  if (*end || v < 0 || v > 65535) {
+    std::fprintf(stderr, "sbx-agent: bad descriptor '%s'\n", s);
+    std::exit(2);
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sbx::agent::ServerOptions opts;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        usage();
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--listen-fd") opts.listen_fd = parse_fd(next());
+    else if (a == "--fd") opts.stream_fds.push_back(parse_fd(next()));
+    else if (a == "--exit-on-close") opts.exit_when_streams_close = true;
+    else if (a == "--mkdir") {
+      const char* dir = next();
+      try {
+        sbx::make_dirs(dir, 0755);
+      } catch (const sbx::Error& e) {
+        std::fprintf(stderr, "sbx-agent: %s\n", e.what());
+        return 1;
+      }
+    } else if (a == "--no-confine") opts.confine = false;
+    else if (a == "-h" || a == "--help") {
+      usage();
+      return 0;
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  if (opts.listen_fd < 0 && opts.stream_fds.empty()) {
+    usage();
+    return 2;
+  }
+  // Not dumpable: sandboxed code running as the same uid cannot ptrace the
+  // agent or read its memory through /proc.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  ::umask(022);
+  try {
+    return sbx::agent::serve(opts);
+  } catch (const sbx::Error& e) {
+    std::fprintf(stderr, "sbx-agent: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,431 @@
+#include "agent/server.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "agent/files.hpp"
+#include "agent/spawn.hpp"
+#include "core/error.hpp"
+#include "core/protocol.hpp"
+
+namespace sbx::agent {
+
+using nlohmann::json;
+namespace proto = sbx::proto;
+
+namespace {
+
+int64_t mono_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+struct Conn {
+  Fd fd;
+  proto::Decoder dec;
+  std::map<uint32_t, Upload> uploads;
+  bool dead = false;
+};
+
+struct Exec {
+  int conn_fd;
+  uint32_t channel;
+  pid_t pid;
+  Fd out, err, in;
+  std::string stdin_buf;
+  bool stdin_eof = false;
+  int64_t start_ms;
+  int64_t deadline_ms;  // 0 = none
+  bool timed_out = false;
+};
+
+class Server {
+ public:
+  explicit Server(const ServerOptions& o) : opts_(o) {}
+  int run();
+
+ private:
+  void accept_conn();
+  void add_conn(int fd);
+  void read_conn(Conn& c);
+  void handle(Conn& c, proto::Frame& f);
+  void start_exec(Conn& c, uint32_t ch, const json& req);
+  void pump(Exec& e, int fd, proto::Type type);
+  void flush_stdin(Exec& e);
+  void reap();
+  void finish(Exec& e, int status);
+  void drop_conn(int fd);
+  void send(int conn_fd, const std::string& frame);
+  Exec* exec_on(int conn_fd, uint32_t ch);
+
+  ServerOptions opts_;
+  Fd root_;
+  Fd sigfd_;
+  std::map<int, std::unique_ptr<Conn>> conns_;
+  std::map<pid_t, Exec> execs_;
+  int64_t started_ = mono_ms();
+  bool stop_ = false;
+};
+
+void Server::send(int conn_fd, const std::string& frame) {
+  auto it = conns_.find(conn_fd);
+  if (it == conns_.end() || it->second->dead) return;
+  // A host that stops reading for 30 s is gone; drop it rather than stall every sandbox channel.
+  const char* p = frame.data();
+  size_t left = frame.size();
+  while (left) {
+    ssize_t n = ::send(conn_fd, p, left, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      left -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd pfd{conn_fd, POLLOUT, 0};
+      if (::poll(&pfd, 1, 30'000) > 0) continue;
+    }
+    // A plain write() suits streams that are not sockets (virtio-serial, pipes).
+    if (n < 0 && errno == ENOTSOCK) {
+      n = ::write(conn_fd, p, left);
+      if (n > 0) {
+        p += n;
+        left -= static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+        pollfd pfd{conn_fd, POLLOUT, 0};
+        ::poll(&pfd, 1, 30'000);
+        continue;
+      }
+    }
+    it->second->dead = true;
+    return;
+  }
+}
+
+Exec* Server::exec_on(int conn_fd, uint32_t ch) {
+  for (auto& [pid, e] : execs_)
+    if (e.conn_fd == conn_fd && e.channel == ch) return &e;
+  return nullptr;
+}
+
+void Server::add_conn(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  auto c = std::make_unique<Conn>();
+  c->fd.reset(fd);
+  conns_[fd] = std::move(c);
+}
+
+void Server::accept_conn() {
+  for (;;) {
+    int fd = ::accept4(opts_.listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    add_conn(fd);
+  }
+}
+
+void Server::read_conn(Conn& c) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(c.fd.get(), buf, sizeof buf);
+    if (n > 0) {
+      c.dec.feed(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    c.dead = true;  // EOF or error: the host went away
+    break;
+  }
+  try {
+    while (auto f = c.dec.pop()) {
+      handle(c, *f);
+      if (c.dead) break;
+    }
+  } catch (const Error&) {
+    c.dead = true;  // garbage on the stream: nothing after it can be trusted
+  }
+}
+
+void Server::handle(Conn& c, proto::Frame& f) {
+  int fd = c.fd.get();
+  auto fail = [&](const Error& e) {
+    send(fd, proto::encode_error(f.channel, code_name(e.code()), e.sys_errno(), e.what()));
+  };
+  try {
+    switch (f.type) {
+      case proto::Type::exec: start_exec(c, f.channel, f.json()); break;
+      case proto::Type::stdin_data:
+        if (auto* e = exec_on(fd, f.channel)) {
+          e->stdin_buf += f.payload;
+          flush_stdin(*e);
+        }
+        break;
+      case proto::Type::stdin_eof:
+        if (auto* e = exec_on(fd, f.channel)) {
+          e->stdin_eof = true;
+          flush_stdin(*e);
+        }
+        break;
+      case proto::Type::signal:
+        if (auto* e = exec_on(fd, f.channel)) {
+          int sig = f.json().value("signal", SIGTERM);
+          if (sig == SIGKILL) kill_tree(e->pid);
+          else ::kill(-e->pid, sig);
+        }
+        break;
+      case proto::Type::ping:
+        send(fd, proto::encode_json(proto::Type::ok, f.channel,
+                                    {{"version", proto::kVersion},
+                                     {"running", execs_.size()},
+                                     {"uptime_ms", mono_ms() - started_},
+                                     {"pid", ::getpid()}}));
+        break;
+      case proto::Type::file_read:
+        read_file_request(root_.get(), f.channel, f.json(), [&](const std::string& b) { send(fd, b); });
+        break;
+      case proto::Type::list:
+        list_request(root_.get(), f.channel, f.json(), [&](const std::string& b) { send(fd, b); });
+        break;
+      case proto::Type::file_write: {
+        Upload up(root_.get(), f.json());
+        c.uploads.erase(f.channel);
+        if (up.awaits_data()) c.uploads.emplace(f.channel, std::move(up));
+        else send(fd, proto::encode_json(proto::Type::ok, f.channel, json::object()));
+        break;
+      }
+      case proto::Type::data: {
+        auto it = c.uploads.find(f.channel);
+        if (it == c.uploads.end()) break;  // the upload already failed and was answered
+        try {
+          it->second.data(f.payload);
+        } catch (...) {
+          c.uploads.erase(it);
+          throw;
+        }
+        break;
+      }
+      case proto::Type::end: {
+        auto it = c.uploads.find(f.channel);
+        if (it == c.uploads.end()) break;
+        Upload up = std::move(it->second);
+        c.uploads.erase(it);
+        up.finish();
+        send(fd, proto::encode_json(proto::Type::ok, f.channel, json::object()));
+        break;
+      }
+      default:
+        throw Error(Errc::protocol, "frame type " + std::to_string(static_cast<int>(f.type)) + " is not for the agent");
+    }
+  } catch (const Error& e) {
+    fail(e);
+  } catch (const json::exception& e) {
+    fail(Error(Errc::invalid_argument, std::string("bad request: ") + e.what()));
+  } catch (const std::exception& e) {
+    fail(Error(Errc::internal, e.what()));
+  }
+}
+
+void Server::start_exec(Conn& c, uint32_t ch, const json& req) {
+  if (exec_on(c.fd.get(), ch)) throw Error(Errc::conflict, "channel already has a command");
+  SpawnRequest sr;
+  sr.argv = req.at("cmd").get<std::vector<std::string>>();
+  sr.env = req.value("env", std::map<std::string, std::string>{});
+  sr.cwd = req.value("cwd", "");
+  sr.stdin_open = req.value("stdin", false);
+  sr.confine = opts_.confine;
+  uint64_t timeout_ms = req.value("timeout_ms", uint64_t{0});
+  int64_t start = mono_ms();
+  SpawnFailure failure{};
+  Spawned s = spawn(sr, failure);
+  if (s.pid < 0) {
+    send(c.fd.get(), proto::encode_json(proto::Type::exit, ch,
+                                        {{"exit_code", failure.exit_code},
+                                         {"signal", 0},
+                                         {"timed_out", false},
+                                         {"duration_ms", mono_ms() - start},
+                                         {"error", failure.message}}));
+    return;
+  }
+  Exec e{c.fd.get(), ch, s.pid, std::move(s.out), std::move(s.err), std::move(s.in), {}, false, start,
+         timeout_ms ? start + static_cast<int64_t>(timeout_ms) : 0};
+  send(c.fd.get(), proto::encode_json(proto::Type::started, ch, {{"pid", s.pid}}));
+  execs_.emplace(s.pid, std::move(e));
+}
+
+void Server::flush_stdin(Exec& e) {
+  while (e.in && !e.stdin_buf.empty()) {
+    ssize_t n = ::write(e.in.get(), e.stdin_buf.data(), e.stdin_buf.size());
+    if (n > 0) {
+      e.stdin_buf.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;  // poll will say when the pipe has room
+    e.in.reset();                          // the command closed its stdin
+    e.stdin_buf.clear();
+  }
+  if (e.stdin_eof && e.stdin_buf.empty()) e.in.reset();
+}
+
+void Server::pump(Exec& e, int fd, proto::Type type) {
+  char buf[proto::kChunk];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      send(e.conn_fd, proto::encode(type, e.channel, std::string_view(buf, static_cast<size_t>(n))));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    // EOF: stop polling this pipe.
+    if (type == proto::Type::stdout_data) e.out.reset();
+    else e.err.reset();
+    return;
+  }
+}
+
+void Server::finish(Exec& e, int status) {
+  // Whatever the command wrote before it exited is already in the pipes: drain it.
+  if (e.out) pump(e, e.out.get(), proto::Type::stdout_data);
+  if (e.err) pump(e, e.err.get(), proto::Type::stderr_data);
+  int code = 0, sig = 0;
+  if (WIFEXITED(status)) code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) {
+    sig = WTERMSIG(status);
+    code = 128 + sig;
+  }
+  send(e.conn_fd, proto::encode_json(proto::Type::exit, e.channel,
+                                     {{"exit_code", code},
+                                      {"signal", sig},
+                                      {"timed_out", e.timed_out},
+                                      {"duration_ms", mono_ms() - e.start_ms}}));
+  // Leftover background processes of a finished command keep running, as with
+  // docker exec; a timed-out command's tree was killed already.
+}
+
+void Server::reap() {
+  signalfd_siginfo si;
+  while (::read(sigfd_.get(), &si, sizeof si) > 0) {
+    if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) stop_ = true;
+  }
+  for (;;) {
+    int status;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    auto it = execs_.find(pid);
+    if (it == execs_.end()) continue;  // an orphan reparented to us: reaped, nothing to report
+    finish(it->second, status);
+    execs_.erase(it);
+  }
+}
+
+void Server::drop_conn(int fd) {
+  // A host that vanished mid-exec cannot read the result: stop its commands.
+  for (auto& [pid, e] : execs_) {
+    if (e.conn_fd != fd) continue;
+    kill_tree(pid);
+    e.conn_fd = -1;
+  }
+  conns_.erase(fd);
+}
+
+int Server::run() {
+  root_.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGPIPE);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  sigfd_.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!sigfd_) throw sys_error("signalfd", errno);
+  if (opts_.listen_fd >= 0) ::fcntl(opts_.listen_fd, F_SETFL, ::fcntl(opts_.listen_fd, F_GETFL) | O_NONBLOCK);
+  for (int fd : opts_.stream_fds) add_conn(fd);
+
+  std::vector<pollfd> pfds;
+  // What each pollfd is for: 0 signal, 1 listen, 2 conn, 3 stdout, 4 stderr, 5 stdin.
+  std::vector<std::pair<int, pid_t>> what;
+  while (!stop_) {
+    pfds.clear();
+    what.clear();
+    pfds.push_back({sigfd_.get(), POLLIN, 0});
+    what.emplace_back(0, 0);
+    if (opts_.listen_fd >= 0) {
+      pfds.push_back({opts_.listen_fd, POLLIN, 0});
+      what.emplace_back(1, 0);
+    }
+    for (auto& [fd, c] : conns_) {
+      pfds.push_back({fd, POLLIN, 0});
+      what.emplace_back(2, 0);
+    }
+    int64_t now = mono_ms(), next_deadline = -1;
+    for (auto& [pid, e] : execs_) {
+      if (e.out) pfds.push_back({e.out.get(), POLLIN, 0}), what.emplace_back(3, pid);
+      if (e.err) pfds.push_back({e.err.get(), POLLIN, 0}), what.emplace_back(4, pid);
+      if (e.in && !e.stdin_buf.empty()) pfds.push_back({e.in.get(), POLLOUT, 0}), what.emplace_back(5, pid);
+      if (e.deadline_ms && !e.timed_out) {
+        if (e.deadline_ms <= now) {
+          e.timed_out = true;
+          kill_tree(pid);
+        } else if (next_deadline < 0 || e.deadline_ms < next_deadline) {
+          next_deadline = e.deadline_ms;
+        }
+      }
+    }
+    int timeout = next_deadline < 0 ? -1 : static_cast<int>(next_deadline - now);
+    int n = ::poll(pfds.data(), pfds.size(), timeout);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw sys_error("poll", errno);
+    }
+    for (size_t i = 0; i < pfds.size(); ++i) {
+      if (!pfds[i].revents) continue;
+      auto [kind, pid] = what[i];
+      if (kind == 0) reap();
+      else if (kind == 1) accept_conn();
+      else if (kind == 2) {
+        auto it = conns_.find(pfds[i].fd);
+        if (it != conns_.end()) read_conn(*it->second);
+      } else {
+        auto it = execs_.find(pid);
+        if (it == execs_.end()) continue;
+        Exec& e = it->second;
+        if (kind == 3 && e.out) pump(e, e.out.get(), proto::Type::stdout_data);
+        else if (kind == 4 && e.err) pump(e, e.err.get(), proto::Type::stderr_data);
+        else if (kind == 5) flush_stdin(e);
+      }
+    }
+    std::vector<int> dead;
+    for (auto& [fd, c] : conns_)
+      if (c->dead) dead.push_back(fd);
+    for (int fd : dead) drop_conn(fd);
+    if (opts_.exit_when_streams_close && opts_.listen_fd < 0 && conns_.empty()) break;
+  }
+  for (auto& [pid, e] : execs_) kill_tree(pid);
+  return 0;
+}
+
+}  // namespace
+
+int serve(const ServerOptions& opts) {
+  Server s(opts);
+  return s.run();
+}
+
+}  // namespace sbx::agent

@@ -1,0 +1,22 @@
+// The agent's event loop: many host connections, many channels per
+// connection, many commands at once, one thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sbx::agent {
+
+struct ServerOptions {
+  int listen_fd = -1;              ///< a listening unix socket to accept hosts on, or -1
+  std::vector<int> stream_fds;     ///< already-connected streams (virtio-serial, stdio)
+  bool confine = true;             ///< confine commands (capabilities, seccomp)
+  bool exit_when_streams_close = false;  ///< for --stdio use: stop when the last stream ends
+};
+
+/// Runs until asked to stop (SIGTERM to a non-init agent) or, with
+/// exit_when_streams_close, until every stream closed. Returns an exit status.
+int serve(const ServerOptions& opts);
+
+}  // namespace sbx::agent

@@ -1,0 +1,188 @@
+#include "agent/spawn.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "agent/confine.hpp"
+#include "core/error.hpp"
+
+namespace sbx::agent {
+
+namespace {
+
+enum Stage : int { kChdir = 1, kConfine = 2, kSeccomp = 3, kExec = 4, kSetup = 5 };
+
+struct ChildReport {
+  int stage;
+  int err;
+};
+
+[[noreturn]] void child_fail(int report_fd, int stage, int err) {
+  ChildReport r{stage, err};
+  ssize_t ignored = ::write(report_fd, &r, sizeof r);
+  (void)ignored;
+  ::_exit(125);
+}
+
+void make_pipe(int fds[2]) {
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw sys_error("pipe", errno);
+}
+
+// Everything between fork and exec: only async-signal-safe calls, because
+// the agent may be mid-allocation in its own frame when it forks.
+[[noreturn]] void run_child(const SpawnRequest& req, char* const* argv, char* const* envp, int in_fd, int out_fd,
+                            int err_fd, int report_fd) {
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
+  if (::setsid() < 0) child_fail(report_fd, kSetup, errno);
+  if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) child_fail(report_fd, kSetup, errno);
+  if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) != 0) child_fail(report_fd, kChdir, errno);
+  if (req.confine) {
+    int e = drop_privileges();
+    if (e) child_fail(report_fd, kConfine, e);
+    e = load_seccomp_filter();
+    if (e) child_fail(report_fd, kSeccomp, e);
+  }
+  ::execvpe(argv[0], argv, envp);
+  child_fail(report_fd, kExec, errno);
+}
+
+}  // namespace
+
+Spawned spawn(const SpawnRequest& req, SpawnFailure& failure) {
+  if (req.argv.empty()) throw Error(Errc::invalid_argument, "empty command");
+  // Built before fork: the child must not allocate.
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : req.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> argv, envp;
+  for (auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  // execvpe searches PATH from the environment it is given, so set ours to match.
+  auto path_it = req.env.find("PATH");
+  std::string path = path_it != req.env.end() ? path_it->second : "/usr/local/bin:/usr/bin:/bin";
+
+  int out[2], err[2], in[2], report[2];
+  make_pipe(out);
+  make_pipe(err);
+  if (req.stdin_open) {
+    make_pipe(in);
+  } else {
+    in[0] = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    in[1] = -1;
+    if (in[0] < 0) in[0] = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // no /dev/null: read fails at once
+  }
+  make_pipe(report);
+  ::setenv("PATH", path.c_str(), 1);
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1], in[0], in[1], report[0], report[1]})
+      if (fd >= 0) ::close(fd);
+    throw sys_error("cannot fork", e);
+  }
+  if (pid == 0) {
+    ::close(report[0]);
+    run_child(req, argv.data(), envp.data(), in[0], out[1], err[1], report[1]);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  ::close(in[0]);
+  ::close(report[1]);
+  Spawned s;
+  s.pid = pid;
+  s.out.reset(out[0]);
+  s.err.reset(err[0]);
+  s.in.reset(in[1]);
+  ChildReport r{};
+  ssize_t n;
+  do n = ::read(report[0], &r, sizeof r);
+  while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof r)) {
+    int status;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    const std::string& cmd = req.argv[0];
+    switch (r.stage) {
+      case kExec:
+        if (r.err == ENOENT) failure = {127, cmd + ": command not found"};
+        else if (r.err == EACCES || r.err == ENOEXEC) failure = {126, cmd + ": permission denied or not executable"};
+        else failure = {126, cmd + ": cannot execute: " + std::strerror(r.err)};
+        break;
+      case kChdir:
+        failure = {125, "cannot enter working directory " + req.cwd + ": " + std::strerror(r.err)};
+        break;
+      default:
+        failure = {125, std::string("cannot confine the command: ") + std::strerror(r.err)};
+    }
+    s.pid = -1;
+    return s;
+  }
+  for (int fd : {s.out.get(), s.err.get(), s.in.get()})
+    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return s;
+}
+
+namespace {
+struct ProcInfo {
+  pid_t ppid, pgrp, session;
+};
+
+bool read_stat(pid_t pid, ProcInfo& info) {
+  char path[64], buf[512];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  // The command name may hold spaces and parentheses: parse after the last ')'.
+  char* p = std::strrchr(buf, ')');
+  if (!p) return false;
+  char state;
+  return std::sscanf(p + 1, " %c %d %d %d", &state, &info.ppid, &info.pgrp, &info.session) == 4;
+}
+}  // namespace
+
+void kill_tree(pid_t root) {
+  for (int round = 0; round < 2; ++round) {
+    ::kill(-root, SIGKILL);
+    std::map<pid_t, ProcInfo> procs;
+    if (DIR* d = ::opendir("/proc")) {
+      while (auto* e = ::readdir(d)) {
+        char* end;
+        long pid = std::strtol(e->d_name, &end, 10);
+        if (*end || pid <= 1) continue;
+        ProcInfo info{};
+        if (read_stat(static_cast<pid_t>(pid), info)) procs[static_cast<pid_t>(pid)] = info;
+      }
+      ::closedir(d);
+    }
+    std::set<pid_t> doomed{root};
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (auto& [pid, info] : procs) {
+        if (doomed.count(pid)) continue;
+        if (doomed.count(info.ppid) || info.session == root || info.pgrp == root) {
+          doomed.insert(pid);
+          grew = true;
+        }
+      }
+    }
+    for (pid_t pid : doomed) ::kill(pid, SIGKILL);
+  }
+}
+
+}  // namespace sbx::agent

@@ -1,0 +1,203 @@
+#include "backends/common/cgroup.hpp"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+
+namespace sbx::cgroup {
+
+namespace {
+constexpr const char* kParent = "sbx";
+constexpr uint64_t kCpuPeriodUs = 100'000;
+
+std::set<std::string> words(const std::string& s) {
+  std::set<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.insert(w);
+  return out;
+}
+
+std::string v1_mount(const std::string& ctrl) {
+  // cpu is often co-mounted as "cpu,cpuacct"; Debian links "cpu" to it.
+  for (const std::string& cand : {"/sys/fs/cgroup/" + ctrl, std::string("/sys/fs/cgroup/cpu,cpuacct")}) {
+    if (path_exists(cand + "/cgroup.procs") && (ctrl == "cpu" || cand == "/sys/fs/cgroup/" + ctrl)) return cand;
+  }
+  return {};
+}
+
+uint64_t counter(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  for (std::string k; in >> k;) {
+    uint64_t v = 0;
+    in >> v;
+    if (k == key) return v;
+  }
+  return 0;
+}
+}  // namespace
+
+std::vector<Controller> detect(std::string* why) {
+  std::vector<Controller> out;
+  std::set<std::string> v2_pure, v2_unified;
+  if (auto s = read_file_if_exists("/sys/fs/cgroup/cgroup.controllers")) v2_pure = words(*s);
+  if (auto s = read_file_if_exists("/sys/fs/cgroup/unified/cgroup.controllers")) v2_unified = words(*s);
+  for (std::string ctrl : {"memory", "pids", "cpu"}) {
+    if (v2_pure.count(ctrl)) out.push_back({ctrl, "/sys/fs/cgroup", true});
+    else if (v2_unified.count(ctrl)) out.push_back({ctrl, "/sys/fs/cgroup/unified", true});
+    else if (auto m = v1_mount(ctrl); !m.empty()) out.push_back({ctrl, m, false});
+  }
+  if (out.empty() && why) *why = "no memory, pids or cpu cgroup controller is mounted under /sys/fs/cgroup";
+  return out;
+}
+
+std::string Group::path(const Controller& c) const { return c.root + "/" + kParent + "/" + name_; }
+
+Group Group::open(const std::string& name) {
+  Group g;
+  g.name_ = name;
+  g.ctrls_ = detect();
+  return g;
+}
+
+Group Group::create(const std::string& name, const Limits& limits) {
+  Group g = open(name);
+  std::string why;
+  if (g.ctrls_.empty()) {
+    detect(&why);
+    throw Error(Errc::unavailable, "cannot apply resource limits: " + why).set_hint("run `sbx doctor`");
+  }
+  std::set<std::string> v2_roots_enabled;
+  for (auto& c : g.ctrls_) {
+    std::string parent = c.root + "/" + kParent;
+    make_dirs(parent, 0755);
+    if (c.v2 && !v2_roots_enabled.count(c.root)) {
+      // v2 hands controllers down only where the parent enables them.
+      for (auto* dir : {c.root.c_str(), parent.c_str()}) {
+        for (auto& cc : g.ctrls_)
+          if (cc.v2 && cc.root == c.root) {
+            try {
+              write_knob(std::string(dir) + "/cgroup.subtree_control", "+" + cc.name);
+            } catch (const Error&) {
+              // Already enabled, or owned by someone else: the limit write below reports it.
+            }
+          }
+      }
+      v2_roots_enabled.insert(c.root);
+    }
+    std::string p = g.path(c);
+    if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) throw sys_error("cannot create cgroup " + p, errno);
+    with_context("setting limits in " + p, [&] {
+      if (c.name == "memory") {
+        std::string bytes = std::to_string(limits.memory_mb * 1024 * 1024);
+        if (c.v2) {
+          write_knob(p + "/memory.max", bytes);
+          if (path_exists(p + "/memory.swap.max")) write_knob(p + "/memory.swap.max", "0");
+        } else {
+          write_knob(p + "/memory.limit_in_bytes", bytes);
+          // Without this the cap would only bound RAM, and swap would let a hog go on.
+          if (path_exists(p + "/memory.memsw.limit_in_bytes")) write_knob(p + "/memory.memsw.limit_in_bytes", bytes);
+        }
+      } else if (c.name == "pids") {
+        write_knob(p + "/pids.max", std::to_string(limits.pids));
+      } else if (c.name == "cpu" && limits.cpus > 0) {
+        auto quota = static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
+        if (c.v2) {
+          write_knob(p + "/cpu.max", std::to_string(quota) + " " + std::to_string(kCpuPeriodUs));
+        } else {
+          write_knob(p + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs));
+          write_knob(p + "/cpu.cfs_quota_us", std::to_string(quota));
+        }
+      }
+    });
+  }
+  return g;
+}
+
+void Group::add(pid_t pid) const {
+  for (auto& c : ctrls_) write_knob(path(c) + "/cgroup.procs", std::to_string(pid));
+}
+
+std::vector<pid_t> Group::pids() const {
+  for (auto& c : ctrls_) {
+    auto text = read_file_if_exists(path(c) + "/cgroup.procs");
+    if (!text) continue;
+    std::vector<pid_t> out;
+    std::istringstream in(*text);
+    for (pid_t p; in >> p;) out.push_back(p);
+    return out;
+  }
+  return {};
+}
+
+uint64_t Group::oom_kills() const {
+  for (auto& c : ctrls_) {
+    if (c.name != "memory") continue;
+    if (auto t = read_file_if_exists(path(c) + (c.v2 ? "/memory.events" : "/memory.oom_control")))
+      return counter(*t, "oom_kill");
+  }
+  return 0;
+}
+
+bool Group::exists() const {
+  for (auto& c : ctrls_)
+    if (path_exists(path(c))) return true;
+  return false;
+}
+
+void Group::destroy() const {
+  using namespace std::chrono;
+  for (auto& c : ctrls_) {
+    std::string p = path(c);
+    if (!path_exists(p)) continue;
+    if (c.v2 && path_exists(p + "/cgroup.kill")) {
+      try {
+        write_knob(p + "/cgroup.kill", "1");
+      } catch (const Error&) {
+      }
+    }
+  }
+  // Kill until empty: a process may fork between reading the list and the kill.
+  auto deadline = steady_clock::now() + seconds(5);
+  for (;;) {
+    auto ps = pids();
+    for (pid_t pid : ps) ::kill(pid, SIGKILL);
+    bool removed_all = true;
+    for (auto& c : ctrls_) {
+      std::string p = path(c);
+      if (!path_exists(p)) continue;
+      if (::rmdir(p.c_str()) != 0 && errno != ENOENT) removed_all = false;
+    }
+    if (removed_all) return;
+    if (steady_clock::now() > deadline)
+      throw Error(Errc::io, "cgroup sbx/" + name_ + " still has processes after 5 s of SIGKILL");
+    std::this_thread::sleep_for(milliseconds(ps.empty() ? 2 : 10));
+  }
+}
+
+std::vector<std::string> Group::list_all() {
+  std::set<std::string> names;
+  for (auto& c : detect()) {
+    std::string parent = c.root + "/" + kParent;
+    if (DIR* d = ::opendir(parent.c_str())) {
+      while (auto* e = ::readdir(d)) {
+        if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+        names.insert(e->d_name);
+      }
+      ::closedir(d);
+    }
+  }
+  return {names.begin(), names.end()};
+}
+
+}  // namespace sbx::cgroup

@@ -1,0 +1,54 @@
+// A sandbox's cgroup: memory, pids and CPU caps, an OOM-kill counter, and a
+// way to kill everything inside. Works on cgroup v1 hierarchies, the v2
+// unified hierarchy, and hybrids (this host: v1 controllers plus a v2 mount at
+// /sys/fs/cgroup/unified), choosing per controller where it is attached.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/spec.hpp"
+
+namespace sbx::cgroup {
+
+/// Where one controller lives.
+struct Controller {
+  std::string name;  ///< memory | pids | cpu
+  std::string root;  ///< mount of its hierarchy
+  bool v2 = false;
+};
+
+/// The controllers this host offers; empty with `why` filled when none is usable.
+std::vector<Controller> detect(std::string* why = nullptr);
+
+class Group {
+ public:
+  /// Creates sbx/<name> under every controller and applies the limits.
+  static Group create(const std::string& name, const Limits& limits);
+  /// The group sbx/<name> whether or not it exists (for cleanup).
+  static Group open(const std::string& name);
+
+  /// Moves a process into the group in every controller.
+  void add(pid_t pid) const;
+  /// Processes in the group (from the first controller that has it).
+  std::vector<pid_t> pids() const;
+  /// How many times the memory limit killed a process here.
+  uint64_t oom_kills() const;
+  /// SIGKILLs everything inside and removes the group; idempotent.
+  void destroy() const;
+  /// Whether the group exists in any controller.
+  bool exists() const;
+
+  /// Names of every sbx/* group on the host.
+  static std::vector<std::string> list_all();
+
+ private:
+  std::string name_;
+  std::vector<Controller> ctrls_;
+  std::string path(const Controller& c) const;
+};
+
+}  // namespace sbx::cgroup

@@ -1,0 +1,131 @@
+#include "backends/subprocess/driver.hpp"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "backends/common/cgroup.hpp"
+#include "backends/common/hostview.hpp"
+#include "backends/subprocess/launch.hpp"
+#include "core/agent_binary.hpp"
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+#include "core/safe_path.hpp"
+
+namespace sbx::subprocess {
+
+namespace {
+
+Fd connect_unix(const std::string& path) {
+  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) throw sys_error("socket", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw sys_error("cannot reach the sandbox's agent at " + path, errno);
+  return s;
+}
+
+class SubprocessDriver : public Driver {
+ public:
+  explicit SubprocessDriver(const Config& cfg) : cfg_(cfg) {}
+
+  void start(SandboxRecord& rec, const std::string& dir) override {
+    auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(rec.id, rec.spec.limits); });
+    LaunchPlan plan;
+    plan.state_dir = dir;
+    if (rec.spec.image.empty()) {
+      plan.lower = hostview::ensure_skeleton(cfg_.state_dir);
+      plan.ro_binds = hostview::bind_dirs();
+    } else {
+      plan.lower = rec.spec.image;
+    }
+    plan.disk_bytes = rec.spec.limits.disk_mb * 1024 * 1024;
+    plan.uid_base = rec.uid_base;
+    plan.workdir = rec.spec.workdir;
+    plan.agent_path = find_agent_binary();
+    Launched l = launch(plan, group);
+    rec.agent_pid = l.pid;
+    rec.agent_start = l.start_time;
+  }
+
+  Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/agent.sock"); }
+
+  bool alive(const SandboxRecord& rec) override {
+    return rec.agent_pid > 0 && process_start_time(rec.agent_pid) == rec.agent_start;
+  }
+
+  void destroy(const SandboxRecord& rec, const std::string& /*dir*/) override {
+    // Killing the init ends the PID namespace (the kernel kills the rest) and
+    // with it the mount namespace that holds the writable layer; the cgroup
+    // sweep below catches anything that raced.
+    if (alive(rec)) ::kill(rec.agent_pid, SIGKILL);
+    if (!rec.id.empty()) cgroup::Group::open(rec.id).destroy();
+  }
+
+  uint64_t oom_kills(const SandboxRecord& rec) override { return cgroup::Group::open(rec.id).oom_kills(); }
+
+  std::vector<std::string> orphans(const std::set<std::string>& live_ids) override {
+    std::vector<std::string> out;
+    for (auto& name : cgroup::Group::list_all())
+      if (!live_ids.count(name) && valid_sandbox_id(name)) out.push_back("cgroup sbx/" + name);
+    return out;
+  }
+
+  void reap_orphan(const std::string& what) override {
+    const std::string prefix = "cgroup sbx/";
+    if (what.rfind(prefix, 0) == 0) cgroup::Group::open(what.substr(prefix.size())).destroy();
+  }
+
+ private:
+  Config cfg_;
+};
+
+bool fs_supported(const std::string& name) {
+  auto text = read_file_if_exists("/proc/filesystems");
+  return text && text->find("\t" + name + "\n") != std::string::npos;
+}
+
+}  // namespace
+
+std::vector<Probe> probe(const Config& cfg) {
+  std::vector<Probe> out;
+  bool root = ::geteuid() == 0;
+  out.push_back({root, "running as root", root ? "uid 0" : "uid " + std::to_string(::geteuid()),
+                 "run sbx as root (the subprocess driver maps sandbox ids and mounts filesystems)"});
+  auto max_ns = read_file_if_exists("/proc/sys/user/max_user_namespaces");
+  bool userns = max_ns && std::atoi(max_ns->c_str()) > 0;
+  out.push_back({userns, "user namespaces", max_ns ? "max_user_namespaces=" + std::string(max_ns->substr(0, max_ns->find('\n'))) : "no /proc/sys/user/max_user_namespaces",
+                 "enable user namespaces: sysctl user.max_user_namespaces=15000"});
+  bool ovl = fs_supported("overlay");
+  out.push_back({ovl, "overlayfs", ovl ? "listed in /proc/filesystems" : "not in /proc/filesystems", "modprobe overlay"});
+  std::string why;
+  auto ctrls = cgroup::detect(&why);
+  std::string found;
+  for (auto& c : ctrls) found += (found.empty() ? "" : ", ") + c.name + (c.v2 ? " (v2 at " : " (v1 at ") + c.root + ")";
+  bool all = ctrls.size() == 3;
+  out.push_back({all, "cgroups", all ? found : (found.empty() ? why : "only " + found),
+                 "mount the memory, pids and cpu cgroup controllers (v1 or v2)"});
+  auto status = read_file_if_exists("/proc/self/status");
+  bool seccomp = status && status->find("Seccomp:") != std::string::npos;
+  out.push_back({seccomp, "seccomp", seccomp ? "supported by the kernel" : "kernel without CONFIG_SECCOMP_FILTER",
+                 "use a kernel with seccomp filters"});
+  bool o2 = openat2_supported();
+  out.push_back({o2, "openat2 (safe paths for cp)", o2 ? "supported" : "kernel older than 5.6", "use Linux 5.6 or newer"});
+  try {
+    out.push_back({true, "sbx-agent", find_agent_binary(), ""});
+  } catch (const Error& e) {
+    out.push_back({false, "sbx-agent", e.message(), e.hint()});
+  }
+  (void)cfg;
+  return out;
+}
+
+std::unique_ptr<Driver> make(const Config& cfg) { return std::make_unique<SubprocessDriver>(cfg); }
+
+}  // namespace sbx::subprocess

@@ -1,0 +1,351 @@
+#include "backends/subprocess/launch.hpp"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <grp.h>
+
+#include "core/error.hpp"
+#include "core/fd.hpp"
+#include "core/fsutil.hpp"
+
+namespace sbx::subprocess {
+
+namespace {
+
+constexpr uint32_t kIdCount = 65536;
+constexpr int kListenFd = 3;
+constexpr int kAgentFd = 4;
+constexpr int kReportFd = 5;
+
+// Each step the init takes between fork and exec, so a failure names it.
+enum Step : int {
+  kStepPrivate = 1, kStepTmpfs, kStepLayers, kStepOverlay, kStepBind, kStepBindRo, kStepDirs, kStepProc,
+  kStepProcSys, kStepDev, kStepDevNode, kStepDevPts, kStepShm, kStepHostname, kStepLoopback, kStepPivot,
+  kStepUserns, kStepWaitMaps, kStepSetId, kStepFds, kStepExec,
+};
+
+const char* step_name(int s) {
+  switch (s) {
+    case kStepPrivate: return "making mounts private";
+    case kStepTmpfs: return "mounting the writable layer (tmpfs)";
+    case kStepLayers: return "preparing the overlay directories";
+    case kStepOverlay: return "mounting the overlay root filesystem";
+    case kStepBind: return "bind-mounting the host's read-only directories";
+    case kStepBindRo: return "making the base read-only";
+    case kStepDirs: return "creating the sandbox's own directories";
+    case kStepProc: return "mounting /proc";
+    case kStepProcSys: return "making /proc/sys read-only";
+    case kStepDev: return "mounting /dev";
+    case kStepDevNode: return "binding device nodes";
+    case kStepDevPts: return "mounting /dev/pts";
+    case kStepShm: return "mounting /dev/shm";
+    case kStepHostname: return "setting the hostname";
+    case kStepLoopback: return "bringing up loopback";
+    case kStepPivot: return "switching to the sandbox root (pivot_root)";
+    case kStepUserns: return "creating the user namespace";
+    case kStepWaitMaps: return "waiting for the uid map";
+    case kStepSetId: return "becoming the sandbox's root";
+    case kStepFds: return "preparing descriptors";
+    case kStepExec: return "starting sbx-agent";
+  }
+  return "starting the sandbox";
+}
+
+struct Failure {
+  int step;
+  int err;
+};
+
+// All strings the init needs, built before fork: after fork in a possibly
+// multi-threaded process only raw system calls are safe.
+struct Prepared {
+  std::string mnt, upper, work, root, overlay_opts, tmpfs_opts;
+  std::vector<std::pair<std::string, std::string>> binds;  // host -> target
+  std::vector<std::string> own_dirs;                        // to create and chown (inside root)
+  std::string proc, proc_sys, dev, dev_pts, dev_shm, dev_ptmx;
+  std::vector<std::pair<std::string, std::string>> dev_nodes;  // host -> target
+  std::vector<std::pair<std::string, std::string>> dev_links;  // target -> link path
+  std::string hostname;
+  std::vector<std::string> argv_store;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+  uint32_t uid_base;
+};
+
+[[noreturn]] void fail(int fd, int step) {
+  Failure f{step, errno};
+  ssize_t ignored = ::write(fd, &f, sizeof f);
+  (void)ignored;
+  ::_exit(1);
+}
+
+void bring_up_loopback(int report_fd) {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) fail(report_fd, kStepLoopback);
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  if (::ioctl(s, SIOCGIFFLAGS, &ifr) < 0) fail(report_fd, kStepLoopback);
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
+  if (::ioctl(s, SIOCSIFFLAGS, &ifr) < 0) fail(report_fd, kStepLoopback);
+  ::close(s);
+}
+
+// The sandbox's init, from fork to exec. Runs as the host's root inside the
+// new mount/PID/net/IPC/UTS/cgroup namespaces until it enters its user namespace.
+[[noreturn]] void init_child(const Prepared& p, int report_fd, int go_fd, int listen_fd, int agent_fd, int log_fd) {
+  int r = report_fd;
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(r, kStepPrivate);
+  if (::mount("tmpfs", p.mnt.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.tmpfs_opts.c_str()) != 0) fail(r, kStepTmpfs);
+  for (auto* d : {&p.upper, &p.work, &p.root})
+    if (::mkdir(d->c_str(), 0755) != 0) fail(r, kStepLayers);
+  if (::chown(p.upper.c_str(), p.uid_base, p.uid_base) != 0) fail(r, kStepLayers);
+  if (::mount("overlay", p.root.c_str(), "overlay", MS_NOSUID | MS_NODEV, p.overlay_opts.c_str()) != 0)
+    fail(r, kStepOverlay);
+  for (auto& [host, target] : p.binds) {
+    if (::mount(host.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) fail(r, kStepBind);
+    if (::mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
+      fail(r, kStepBindRo);
+  }
+  for (auto& d : p.own_dirs) {
+    if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) fail(r, kStepDirs);
+    if (::chown(d.c_str(), p.uid_base, p.uid_base) != 0) fail(r, kStepDirs);
+  }
+  ::mkdir(p.proc.c_str(), 0555);
+  if (::mount("proc", p.proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) fail(r, kStepProc);
+  if (::mount(p.proc_sys.c_str(), p.proc_sys.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+      ::mount(nullptr, p.proc_sys.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              nullptr) != 0)
+    fail(r, kStepProcSys);
+  ::mkdir(p.dev.c_str(), 0755);
+  if (::mount("tmpfs", p.dev.c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=64k") != 0) fail(r, kStepDev);
+  for (auto& [host, target] : p.dev_nodes) {
+    int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) fail(r, kStepDevNode);
+    ::close(fd);
+    if (::mount(host.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) fail(r, kStepDevNode);
+  }
+  for (auto& [target, link] : p.dev_links)
+    if (::symlink(target.c_str(), link.c_str()) != 0) fail(r, kStepDev);
+  if (::mkdir(p.dev_pts.c_str(), 0755) != 0 ||
+      ::mount("devpts", p.dev_pts.c_str(), "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") != 0)
+    fail(r, kStepDevPts);
+  if (::mkdir(p.dev_shm.c_str(), 01777) != 0 ||
+      ::mount("shm", p.dev_shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m") != 0)
+    fail(r, kStepShm);
+  if (::sethostname(p.hostname.data(), p.hostname.size()) != 0) fail(r, kStepHostname);
+  bring_up_loopback(r);
+  if (::chdir(p.root.c_str()) != 0) fail(r, kStepPivot);
+  // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only the sandbox.
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) fail(r, kStepPivot);
+  if (::umount2(".", MNT_DETACH) != 0) fail(r, kStepPivot);
+  if (::chdir("/") != 0) fail(r, kStepPivot);
+  if (::unshare(CLONE_NEWUSER) != 0) fail(r, kStepUserns);
+  // Tell the host to write our uid/gid maps, then wait until it has.
+  char c = 'U';
+  if (::write(report_fd, &c, 1) != 1) fail(r, kStepWaitMaps);
+  if (::read(go_fd, &c, 1) != 1) fail(r, kStepWaitMaps);
+  if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) fail(r, kStepSetId);
+  // Only the listening socket and the agent binary pass to the agent; stdin is
+  // /dev/null, output goes to the log. Everything moves above 100 first so the
+  // final dup3s cannot overwrite a descriptor still to be moved.
+  int hi_listen = ::fcntl(listen_fd, F_DUPFD_CLOEXEC, 100);
+  int hi_agent = ::fcntl(agent_fd, F_DUPFD_CLOEXEC, 100);
+  int hi_report = ::fcntl(report_fd, F_DUPFD_CLOEXEC, 100);
+  int hi_log = ::fcntl(log_fd, F_DUPFD_CLOEXEC, 100);
+  if (hi_listen < 0 || hi_agent < 0 || hi_report < 0 || hi_log < 0) fail(r, kStepFds);
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(hi_log, 1) < 0 || ::dup2(hi_log, 2) < 0) fail(r, kStepFds);
+  if (::dup3(hi_listen, kListenFd, 0) < 0 || ::dup3(hi_agent, kAgentFd, O_CLOEXEC) < 0 ||
+      ::dup3(hi_report, kReportFd, O_CLOEXEC) < 0)
+    fail(r, kStepFds);
+  r = kReportFd;
+  ::close_range(kReportFd + 1, ~0U, 0);
+  ::syscall(SYS_execveat, kAgentFd, "", p.argv.data(), p.envp.data(), AT_EMPTY_PATH);
+  fail(r, kStepExec);
+}
+
+Prepared prepare(const LaunchPlan& plan) {
+  Prepared p;
+  p.mnt = plan.state_dir + "/mnt";
+  p.upper = p.mnt + "/upper";
+  p.work = p.mnt + "/work";
+  p.root = p.mnt + "/root";
+  p.tmpfs_opts = "mode=0755,size=" + std::to_string(plan.disk_bytes);
+  // volatile: the layer is in memory already, syncs buy nothing.
+  p.overlay_opts = "lowerdir=" + plan.lower + ",upperdir=" + p.upper + ",workdir=" + p.work + ",volatile";
+  for (auto& b : plan.ro_binds) p.binds.emplace_back(b, p.root + b);
+  for (auto* d : {"/root", "/tmp", "/var/tmp"}) p.own_dirs.push_back(p.root + d);
+  // Each component of the workdir, so a nested one (/work/a/b) is created whole.
+  std::string acc;
+  for (size_t i = 1; i <= plan.workdir.size(); ++i) {
+    if (i == plan.workdir.size() || plan.workdir[i] == '/') {
+      acc = plan.workdir.substr(0, i);
+      if (acc.size() > 1) p.own_dirs.push_back(p.root + acc);
+    }
+  }
+  p.proc = p.root + "/proc";
+  p.proc_sys = p.proc + "/sys";
+  p.dev = p.root + "/dev";
+  p.dev_pts = p.dev + "/pts";
+  p.dev_shm = p.dev + "/shm";
+  for (auto* n : {"null", "zero", "full", "random", "urandom", "tty"})
+    p.dev_nodes.emplace_back(std::string("/dev/") + n, p.dev + "/" + n);
+  p.dev_links = {{"pts/ptmx", p.dev + "/ptmx"},
+                 {"/proc/self/fd", p.dev + "/fd"},
+                 {"/proc/self/fd/0", p.dev + "/stdin"},
+                 {"/proc/self/fd/1", p.dev + "/stdout"},
+                 {"/proc/self/fd/2", p.dev + "/stderr"}};
+  p.hostname = plan.hostname;
+  p.uid_base = plan.uid_base;
+  p.argv_store = {"sbx-agent", "--listen-fd", std::to_string(kListenFd)};
+  for (auto& a : p.argv_store) p.argv.push_back(a.data());
+  p.argv.push_back(nullptr);
+  static char env_path[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  p.envp = {env_path, nullptr};
+  return p;
+}
+
+Fd listen_socket(const std::string& path) {
+  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) throw sys_error("socket", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path)
+    throw Error(Errc::invalid_argument, "state directory path too long for a unix socket: " + path)
+        .set_hint("use a shorter --state-dir");
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ::unlink(path.c_str());
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw sys_error("bind " + path, errno);
+  // Only the host's root may talk to the agent.
+  ::chmod(path.c_str(), 0600);
+  if (::listen(s.get(), 128) != 0) throw sys_error("listen " + path, errno);
+  return s;
+}
+
+void write_id_maps(pid_t pid, uint32_t base) {
+  std::string map = "0 " + std::to_string(base) + " " + std::to_string(kIdCount) + "\n";
+  std::string proc = "/proc/" + std::to_string(pid);
+  write_knob(proc + "/uid_map", map);
+  write_knob(proc + "/gid_map", map);
+}
+
+}  // namespace
+
+uint64_t process_start_time(pid_t pid) {
+  auto stat = read_file_if_exists("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return 0;
+  auto close = stat->rfind(')');
+  if (close == std::string::npos) return 0;
+  // Fields after the command: state is the 3rd field, starttime the 22nd.
+  const char* s = stat->c_str() + close + 2;
+  char state = *s;
+  if (state == 'Z' || state == 'X') return 0;
+  int field = 3;
+  while (*s && field < 22) {
+    if (*s == ' ') ++field;
+    ++s;
+  }
+  return std::strtoull(s, nullptr, 10);
+}
+
+Launched launch(const LaunchPlan& plan, const cgroup::Group& group) {
+  make_dirs(plan.state_dir + "/mnt", 0700);
+  Fd lsock = listen_socket(plan.state_dir + "/agent.sock");
+  Fd agent(::open(plan.agent_path.c_str(), O_PATH | O_CLOEXEC));
+  if (!agent) throw sys_error("cannot open " + plan.agent_path, errno);
+  Fd log(::open((plan.state_dir + "/agent.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!log) throw sys_error("cannot create the agent log", errno);
+  Prepared prep = prepare(plan);
+
+  int report[2], go[2], pidpipe[2];
+  if (::pipe2(report, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0 || ::pipe2(pidpipe, O_CLOEXEC) != 0)
+    throw sys_error("pipe", errno);
+  Fd report_r(report[0]), report_w(report[1]), go_r(go[0]), go_w(go[1]), pid_r(pidpipe[0]), pid_w(pidpipe[1]);
+
+  // The intermediate process unshares and forks the init, then exits, so the
+  // sandbox outlives this sbx process and is no child of it.
+  pid_t mid = ::fork();
+  if (mid < 0) throw sys_error("cannot fork", errno);
+  if (mid == 0) {
+    char c;
+    if (::read(go_r.get(), &c, 1) != 1) ::_exit(1);  // joined to the cgroup by the parent
+    ::setsid();
+    if (::unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0) {
+      Failure f{kStepPrivate, errno};
+      ssize_t ignored = ::write(report_w.get(), &f, sizeof f);
+      (void)ignored;
+      ::_exit(1);
+    }
+    pid_t init = ::fork();
+    if (init == 0) init_child(prep, report_w.get(), go_r.get(), lsock.get(), agent.get(), log.get());
+    ssize_t ignored = ::write(pid_w.get(), &init, sizeof init);
+    (void)ignored;
+    ::_exit(init > 0 ? 0 : 1);
+  }
+  report_w.reset();
+  pid_w.reset();
+  auto reap_mid = [&] {
+    int st;
+    while (::waitpid(mid, &st, 0) < 0 && errno == EINTR) {
+    }
+  };
+  try {
+    group.add(mid);
+  } catch (...) {
+    ::kill(mid, SIGKILL);
+    reap_mid();
+    throw;
+  }
+  char c = 'G';
+  write_all(go_w.get(), std::string_view(&c, 1));
+  pid_t init = -1;
+  bool got_pid = read_exact(pid_r.get(), &init, sizeof init);
+  reap_mid();
+  // From here the init is the source of truth: it reports 'U' (maps please),
+  // a Failure, or EOF once the agent is exec'd (the report pipe is close-on-exec).
+  auto read_failure = [&](char first) -> Error {
+    Failure f{};
+    auto* raw = reinterpret_cast<char*>(&f);
+    raw[0] = first;
+    if (!read_exact(report_r.get(), raw + 1, sizeof f - 1)) f = {0, 0};
+    return Error(errc_from_errno(f.err), step_name(f.step), f.err);
+  };
+  char msg;
+  ssize_t n = ::read(report_r.get(), &msg, 1);
+  if (!got_pid || init <= 0) {
+    if (n == 1) throw read_failure(msg);
+    throw Error(Errc::io, "could not start the sandbox's init process");
+  }
+  if (n != 1) throw Error(Errc::io, "the sandbox's init died before entering its user namespace");
+  if (msg != 'U') throw read_failure(msg);
+  try {
+    write_id_maps(init, plan.uid_base);
+  } catch (Error& e) {
+    ::kill(init, SIGKILL);
+    throw e.add_context("mapping the sandbox's user ids");
+  }
+  write_all(go_w.get(), std::string_view(&c, 1));
+  n = ::read(report_r.get(), &msg, 1);
+  if (n == 1) throw read_failure(msg);
+  Launched out;
+  out.pid = init;
+  out.start_time = process_start_time(init);
+  if (!out.start_time) throw Error(Errc::io, "the sandbox's agent exited at once; see " + plan.state_dir + "/agent.log");
+  return out;
+}
+
+}  // namespace sbx::subprocess

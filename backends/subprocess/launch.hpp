@@ -1,0 +1,41 @@
+// Starting a sandbox's init (the agent) in fresh namespaces: a private mount
+// tree (tmpfs-backed overlay over the read-only base, fresh /proc, minimal
+// /dev), its own PID, network (loopback only), IPC, UTS and cgroup
+// namespaces, and a user namespace that maps the sandbox's root to an
+// unprivileged host uid range of its own.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/common/cgroup.hpp"
+
+namespace sbx::subprocess {
+
+struct LaunchPlan {
+  std::string state_dir;              ///< the sandbox's private directory on the host
+  std::string lower;                  ///< read-only base directory (skeleton or --image)
+  std::vector<std::string> ro_binds;  ///< host dirs bind-mounted read-only at the same path (host view)
+  uint64_t disk_bytes = 0;            ///< size of the writable layer
+  uint32_t uid_base = 0;              ///< host uid/gid of the sandbox's root
+  std::string workdir;                ///< created and owned by the sandbox's root
+  std::string hostname = "sandbox";
+  std::string agent_path;             ///< the sbx-agent binary on the host
+};
+
+struct Launched {
+  pid_t pid = 0;           ///< host pid of the sandbox's init
+  uint64_t start_time = 0; ///< its start time, clock ticks since boot
+};
+
+/// Starts the sandbox; returns once the agent has been exec'd (the caller
+/// then waits for it to answer on <state_dir>/agent.sock).
+Launched launch(const LaunchPlan& plan, const cgroup::Group& group);
+
+/// Start time (clock ticks since boot) of pid, or 0 if it is gone or a zombie.
+uint64_t process_start_time(pid_t pid);
+
+}  // namespace sbx::subprocess

@@ -1,0 +1,112 @@
+#include "cli/common.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "backends/drivers.hpp"
+#include "core/local_backend.hpp"
+#include "core/units.hpp"
+
+namespace sbx::cli {
+
+void add_global_flags(CLI::App& app, Globals& g) {
+  app.add_option("--config", g.config, "configuration file (default $SBX_CONFIG or /etc/sbx/config.yaml)")
+      ->type_name("FILE");
+  app.add_option("--state-dir", g.state_dir, "state root (default $SBX_STATE_DIR or /var/lib/sbx)")->type_name("DIR");
+}
+
+void add_spec_flags(CLI::App* sub, SpecFlags& f) {
+  sub->add_option("--driver", f.driver, "driver: subprocess, runsc, microvm, deno, remote (default: fallback chain)")
+      ->type_name("NAME");
+  sub->add_option("--image", f.image, "directory root filesystem used as the read-only base")->type_name("DIR");
+  sub->add_option("--memory", f.memory, "memory cap, e.g. 256M (default 512M)")->type_name("SIZE");
+  sub->add_option("--pids", f.pids, "maximum number of processes (default 256)")->type_name("N");
+  sub->add_option("--cpus", f.cpus, "CPU cap in cores, e.g. 0.5 (default 1)")->type_name("N");
+  sub->add_option("--disk", f.disk, "size cap of the writable layer (default 1G)")->type_name("SIZE");
+  sub->add_option("--network", f.network, "none or jail (default none)")->type_name("MODE");
+  sub->add_option("--idle-timeout", f.idle_timeout, "collect after this long unused; 0 = never (default 10m)")
+      ->type_name("DUR");
+  sub->add_option("--ttl", f.ttl, "collect this long after creation; 0 = never")->type_name("DUR");
+  sub->add_flag("--persistent", f.persistent, "never collected by idle or TTL gc");
+  sub->add_option("-l,--label", f.labels, "label KEY=VALUE (repeatable)")->type_name("KEY=VALUE");
+}
+
+std::map<std::string, std::string> parse_key_values(const std::vector<std::string>& items, const char* what) {
+  std::map<std::string, std::string> out;
+  for (auto& item : items) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(Errc::usage, std::string(what) + " '" + item + "' is not KEY=VALUE");
+    out[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return out;
+}
+
+SandboxSpec spec_from_flags(const SpecFlags& f) {
+  SandboxSpec s;
+  s.driver = f.driver;
+  s.image = f.image;
+  auto mib = [](const std::string& v, const char* flag) -> uint64_t {
+    uint64_t bytes = with_context(flag, [&] { return parse_size(v); });
+    return (bytes + (1 << 20) - 1) >> 20;
+  };
+  if (!f.memory.empty()) s.limits.memory_mb = mib(f.memory, "--memory");
+  if (!f.disk.empty()) s.limits.disk_mb = mib(f.disk, "--disk");
+  if (!f.pids.empty()) {
+    try {
+      s.limits.pids = std::stoull(f.pids);
+    } catch (...) {
+      throw Error(Errc::usage, "--pids takes a whole number, not '" + f.pids + "'");
+    }
+  }
+  if (!f.cpus.empty()) {
+    try {
+      s.limits.cpus = std::stod(f.cpus);
+    } catch (...) {
+      throw Error(Errc::usage, "--cpus takes a number of cores, not '" + f.cpus + "'");
+    }
+  }
+  s.network = f.network;
+  s.idle_timeout_s = f.idle_timeout.empty() ? kUseDefault
+                                            : with_context("--idle-timeout", [&] { return parse_duration_ms(f.idle_timeout); }) / 1000;
+  s.ttl_s = f.ttl.empty() ? kUseDefault : with_context("--ttl", [&] { return parse_duration_ms(f.ttl); }) / 1000;
+  s.persistent = f.persistent;
+  s.env = parse_key_values(f.env, "--env");
+  s.labels = parse_key_values(f.labels, "--label");
+  s.workdir = f.workdir;
+  return s;
+}
+
+Config load_config(const Globals& g, const std::string& driver_flag) {
+  ConfigInputs in = inputs_from_process();
+  if (!g.config.empty()) in.config_flag = g.config;
+  if (!g.state_dir.empty()) in.state_dir_flag = g.state_dir;
+  if (!driver_flag.empty()) in.driver_flag = driver_flag;
+  Config cfg = resolve_config(in);
+  for (auto& w : cfg.warnings) warn(w);
+  return cfg;
+}
+
+std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver) {
+  Selection sel = select_backend(cfg, builtin_drivers(), nullptr);
+  if (sel.fell_back && cfg.use_remote && !cfg.manager_url.empty())
+    warn("falling back to the local " + sel.driver + " backend: " + sel.fallback_reason);
+  driver = sel.driver;
+  return std::make_unique<LocalBackend>(cfg, builtin_drivers());
+}
+
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg) {
+  return std::make_unique<LocalBackend>(cfg, builtin_drivers());
+}
+
+void print_error(const Error& e) {
+  std::fprintf(stderr, "sbx: error: %s\n", e.what());
+  if (!e.hint().empty()) std::fprintf(stderr, "sbx: hint: %s\n", e.hint().c_str());
+}
+
+void warn(const std::string& message) { std::fprintf(stderr, "sbx: warning: %s\n", message.c_str()); }
+
+bool is_tty(int fd) { return ::isatty(fd) == 1; }
+
+}  // namespace sbx::cli

@@ -1,0 +1,71 @@
+// What the subcommands share: global flags, the flags that describe a new
+// sandbox, configuration and backend loading, and output helpers.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/selector.hpp"
+
+namespace sbx::cli {
+
+/// Flags every subcommand takes.
+struct Globals {
+  std::string config;     ///< --config
+  std::string state_dir;  ///< --state-dir
+};
+
+/// The exit status the chosen subcommand asks for.
+struct Outcome {
+  int status = 0;
+};
+
+/// Flags describing a new sandbox (create, and exec --rm).
+struct SpecFlags {
+  std::string driver, image, memory, pids, cpus, disk, network, idle_timeout, ttl, workdir;
+  bool persistent = false;
+  std::vector<std::string> env, labels;
+};
+
+void add_global_flags(CLI::App& app, Globals& g);
+void add_spec_flags(CLI::App* sub, SpecFlags& f);
+/// The spec the flags ask for; unset values are left for the configuration's defaults.
+SandboxSpec spec_from_flags(const SpecFlags& f);
+/// "K=V" strings to a map; `what` names the flag in errors.
+std::map<std::string, std::string> parse_key_values(const std::vector<std::string>& items, const char* what);
+
+/// The resolved configuration for this call; prints its warnings once on stderr.
+Config load_config(const Globals& g, const std::string& driver_flag = "");
+/// The backend that runs new sandboxes under this configuration (walking the
+/// fallback chain), and the driver it chose.
+std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver);
+/// The backend that holds existing sandboxes.
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg);
+
+/// Prints "sbx: error: ..." (and a hint line) on stderr.
+void print_error(const Error& e);
+/// Prints "sbx: warning: ..." on stderr.
+void warn(const std::string& message);
+/// Whether fd is a terminal (tables and progress only then).
+bool is_tty(int fd);
+
+/// Cuts the command off an `sbx exec` argv (see cli/exec.cpp); returns what CLI11 should parse.
+std::vector<std::string> split_exec_command(const CLI::App& app, const std::vector<std::string>& args);
+
+// One registration function per subcommand, each in its own file.
+void register_create(CLI::App& app, Globals& g, Outcome& out);
+void register_exec(CLI::App& app, Globals& g, Outcome& out);
+void register_cp(CLI::App& app, Globals& g, Outcome& out);
+void register_ls(CLI::App& app, Globals& g, Outcome& out);
+void register_rm(CLI::App& app, Globals& g, Outcome& out);
+void register_gc(CLI::App& app, Globals& g, Outcome& out);
+void register_doctor(CLI::App& app, Globals& g, Outcome& out);
+
+}  // namespace sbx::cli

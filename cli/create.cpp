@@ -1,0 +1,28 @@
+// sbx create: start a sandbox and print its id alone on stdout.
+#include <cstdio>
+
+#include "cli/common.hpp"
+
+namespace sbx::cli {
+
+void register_create(CLI::App& app, Globals& g, Outcome& out) {
+  auto* sub = app.add_subcommand("create", "Create a sandbox and print its id");
+  auto flags = std::make_shared<SpecFlags>();
+  add_spec_flags(sub, *flags);
+  sub->add_option("-e,--env", flags->env, "default environment of every exec, KEY=VALUE (repeatable)")
+      ->type_name("KEY=VALUE");
+  sub->add_option("-w,--workdir", flags->workdir, "default working directory (default /work)")->type_name("DIR");
+  sub->callback([&g, &out, flags] {
+    Config cfg = load_config(g, flags->driver);
+    SandboxSpec spec = spec_from_flags(*flags);
+    auto backend = backend_for_new(cfg, spec.driver);
+    bool tty = is_tty(2);
+    auto rec = backend->create(spec, [tty](const std::string& msg) {
+      if (tty) std::fprintf(stderr, "sbx: %s...\n", msg.c_str());
+    });
+    std::printf("%s\n", rec.id.c_str());
+    out.status = 0;
+  });
+}
+
+}  // namespace sbx::cli

@@ -1,0 +1,185 @@
+// sbx exec: run a command in a sandbox (or, with --rm, in a new one-shot
+// sandbox), streaming its output and exiting with its status.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "cli/common.hpp"
+#include "core/fsutil.hpp"
+#include "core/units.hpp"
+
+namespace sbx::cli {
+
+namespace {
+
+int g_signal_pipe = -1;
+// The command, split off argv before CLI11 sees it (see split_exec_command).
+std::vector<std::string> g_command;
+
+extern "C" void forward_signal(int sig) {
+  int saved = errno;
+  ssize_t ignored = ::write(g_signal_pipe, &sig, sizeof sig);
+  (void)ignored;
+  errno = saved;
+}
+
+// Signals sbx receives go to the command's process group instead of killing
+// sbx (which would orphan the command's output).
+Fd install_signal_forwarding() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw sys_error("pipe", errno);
+  g_signal_pipe = fds[1];
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(s, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  return Fd(fds[0]);
+}
+
+int report(const ExecResult& r, const ExecIO& io, const SandboxSpec& spec, uint64_t timeout_ms) {
+  if (!io.error.empty()) {
+    std::fprintf(stderr, "sbx: error: %s\n", io.error.c_str());
+    return r.exit_code;
+  }
+  if (r.timed_out) {
+    std::fprintf(stderr, "sbx: error: the command timed out after %s; its process tree was killed\n",
+                 format_duration_ms(timeout_ms).c_str());
+    return exit_status(Errc::timeout);
+  }
+  if (r.oom_killed) {
+    std::fprintf(stderr, "sbx: error: the command was killed: out of memory (limit %s)\n",
+                 spec.limits.memory_mb ? format_size(spec.limits.memory_mb << 20).c_str() : "unknown");
+    std::fprintf(stderr, "sbx: hint: raise the limit with --memory when creating the sandbox\n");
+  }
+  return r.exit_code;
+}
+
+}  // namespace
+
+std::vector<std::string> split_exec_command(const CLI::App& app, const std::vector<std::string>& args) {
+  // The command's own flags must never be read as sbx's, so the command is cut
+  // off before parsing: after "--", or else after the sandbox id (with --rm,
+  // at the first word that is not an sbx flag), as `docker exec` does.
+  auto it = std::find(args.begin(), args.end(), std::string("exec"));
+  if (it == args.end()) return args;
+  const CLI::App* sub = nullptr;
+  for (const CLI::App* candidate : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (candidate->get_name() == "exec") sub = candidate;
+  if (!sub) return args;
+  std::vector<std::string> head(args.begin(), it + 1);
+  bool rm = false;
+  int positionals = 0;
+  for (auto cur = it + 1; cur != args.end(); ++cur) {
+    const std::string& tok = *cur;
+    if (tok == "--") {
+      g_command.assign(cur + 1, args.end());
+      return head;
+    }
+    if (tok.size() > 1 && tok[0] == '-') {
+      head.push_back(tok);
+      std::string name = tok.substr(0, tok.find('='));
+      if (name == "--rm") rm = true;
+      const CLI::Option* opt = nullptr;
+      try {
+        opt = sub->get_option_no_throw(name);
+      } catch (...) {
+      }
+      bool takes_value = opt && opt->get_items_expected_min() > 0 && tok.find('=') == std::string::npos;
+      if (takes_value && cur + 1 != args.end()) head.push_back(*++cur);
+      continue;
+    }
+    if (rm || positionals == 1) {
+      g_command.assign(cur, args.end());
+      return head;
+    }
+    head.push_back(tok);
+    ++positionals;
+  }
+  return head;
+}
+
+void register_exec(CLI::App& app, Globals& g, Outcome& out) {
+  auto* sub = app.add_subcommand("exec", "Run a command in a sandbox");
+  struct State {
+    SpecFlags spec;
+    bool rm = false, interactive = false;
+    std::vector<std::string> env;
+    std::string workdir, timeout;
+    std::vector<std::string> args;
+  };
+  auto st = std::make_shared<State>();
+  sub->add_flag("--rm", st->rm, "one-shot: create a sandbox, run the command, remove the sandbox");
+  sub->add_flag("-i,--interactive", st->interactive, "forward stdin to the command");
+  sub->add_option("-e,--env", st->env, "environment variable KEY=VALUE (repeatable)")->type_name("KEY=VALUE");
+  sub->add_option("-w,--workdir", st->workdir, "working directory")->type_name("DIR");
+  sub->add_option("--timeout", st->timeout, "kill the command's process tree after this long, e.g. 30s")
+      ->type_name("DUR");
+  add_spec_flags(sub, st->spec);
+  sub->add_option("id", st->args, "ID -- CMD [ARG...]  (with --rm: -- CMD [ARG...])");
+  sub->footer("Exit status: the command's own; 128+N if killed by signal N; 124 on --timeout;\n"
+              "127 if the command was not found; 125 if sbx itself failed.");
+  sub->callback([&g, &out, st] {
+    std::vector<std::string> argv = g_command;
+    std::string id;
+    if (!st->rm) {
+      if (st->args.empty()) throw Error(Errc::usage, "no sandbox id given").set_hint("sbx exec ID -- CMD [ARG...]");
+      id = st->args.front();
+    } else if (!st->args.empty()) {
+      throw Error(Errc::usage, "--rm takes no sandbox id").set_hint("sbx exec --rm [flags] -- CMD [ARG...]");
+    }
+    if (argv.empty())
+      throw Error(Errc::usage, "no command given").set_hint(st->rm ? "sbx exec --rm -- CMD [ARG...]" : "sbx exec ID -- CMD [ARG...]");
+    ExecRequest req;
+    req.argv = argv;
+    req.env = parse_key_values(st->env, "--env");
+    req.cwd = st->workdir;
+    if (!st->timeout.empty()) req.timeout_ms = with_context("--timeout", [&] { return parse_duration_ms(st->timeout); });
+    req.stdin_open = st->interactive;
+
+    Config cfg = load_config(g, st->spec.driver);
+    std::unique_ptr<Backend> backend;
+    SandboxSpec spec = spec_from_flags(st->spec);
+    if (st->rm) {
+      backend = backend_for_new(cfg, spec.driver);
+      SandboxRecord rec = backend->create(spec, nullptr);
+      id = rec.id;
+      spec = rec.spec;
+    } else {
+      backend = backend_for_existing(cfg);
+    }
+    Fd sigs = install_signal_forwarding();
+    ExecIO io;
+    io.on_stdout = [](std::string_view d) { write_all(1, d); };
+    io.on_stderr = [](std::string_view d) { write_all(2, d); };
+    io.stdin_fd = st->interactive ? 0 : -1;
+    io.signal_fd = sigs.get();
+    try {
+      ExecResult r = backend->exec(id, req, io);
+      if (!st->rm) spec = backend->get(id).spec;
+      out.status = report(r, io, spec, req.timeout_ms);
+    } catch (...) {
+      if (st->rm) {
+        try {
+          backend->remove(id);
+        } catch (const Error& e) {
+          warn("could not remove one-shot sandbox " + id + ": " + e.what());
+        }
+      }
+      throw;
+    }
+    if (st->rm) {
+      // The result is known; a failure to clean up is reported but does not change it.
+      try {
+        backend->remove(id);
+      } catch (const Error& e) {
+        warn("could not remove one-shot sandbox " + id + ": " + e.what() + " (`sbx gc` will collect it)");
+      }
+    }
+  });
+}
+
+}  // namespace sbx::cli

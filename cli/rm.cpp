@@ -1,0 +1,40 @@
+// sbx rm: destroy sandboxes and free what they held.
+#include <cstdio>
+
+#include "cli/common.hpp"
+
+namespace sbx::cli {
+
+void register_rm(CLI::App& app, Globals& g, Outcome& out) {
+  auto* sub = app.add_subcommand("rm", "Remove sandboxes");
+  struct State {
+    std::vector<std::string> ids;
+    bool force = false, all = false;
+  };
+  auto st = std::make_shared<State>();
+  sub->add_option("ids", st->ids, "sandbox ids (or unambiguous prefixes)");
+  sub->add_flag("-f,--force", st->force, "no error for ids that do not exist");
+  sub->add_flag("--all", st->all, "remove every sandbox");
+  sub->callback([&g, &out, st] {
+    if (st->ids.empty() && !st->all) throw Error(Errc::usage, "no sandbox named").set_hint("sbx rm ID [ID...] or sbx rm --all");
+    Config cfg = load_config(g);
+    auto backend = backend_for_existing(cfg);
+    std::vector<std::string> ids = st->ids;
+    if (st->all)
+      for (auto& r : backend->list()) ids.push_back(r.id);
+    int failures = 0;
+    for (auto& id : ids) {
+      try {
+        backend->remove(id);
+        std::printf("%s\n", id.c_str());
+      } catch (const Error& e) {
+        if (st->force && e.code() == Errc::not_found) continue;
+        print_error(e);
+        ++failures;
+      }
+    }
+    out.status = failures ? exit_status(Errc::io) : 0;
+  });
+}
+
+}  // namespace sbx::cli

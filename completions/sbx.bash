@@ -1,0 +1,180 @@
+# bash completion for sbx                                   -*- shell-script -*-
+# Flags follow docs/cli.md; tests/check_docs_in_step.py keeps them in step.
+# Install as /usr/share/bash-completion/completions/sbx (or source it).
+# shellcheck disable=SC2207  # COMPREPLY=($(compgen ...)) is the bash-completion idiom
+
+_sbx_drivers="subprocess runsc microvm deno remote"
+_sbx_networks="none jail"
+_sbx_global_opts="--config --state-dir -h --help"
+_sbx_create_opts="--driver --image --memory --pids --cpus --disk --network
+    --idle-timeout --ttl --persistent -e --env -l --label -w --workdir"
+
+# Ids of existing sandboxes; honours --config/--state-dir already on the line.
+_sbx_ids()
+{
+    local sbx=sbx
+    [[ $1 == */* && -x $1 ]] && sbx=$1
+    "$sbx" ls -q "${_sbx_ctx[@]}" 2>/dev/null
+}
+
+_sbx()
+{
+    local cur prev words cword
+    if declare -F _init_completion >/dev/null; then
+        _init_completion -s -n : || return
+    else
+        # Without bash-completion: plain words (no re-joining of ID:path).
+        words=("${COMP_WORDS[@]}") cword=$COMP_CWORD
+        cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+        [[ $cur == = ]] && prev=${COMP_WORDS[COMP_CWORD-1]} cur=""
+        [[ $prev == = ]] && prev=${COMP_WORDS[COMP_CWORD-2]}
+    fi
+
+    # Find the subcommand, the --config/--state-dir context, and what is
+    # already on the line after the subcommand.
+    local sub="" i w dashdash=0 npos=0 rm_flag=0
+    local -a _sbx_ctx=() pos=()
+    for ((i = 1; i < cword; i++)); do
+        w=${words[i]}
+        case $w in
+            --config | --state-dir)
+                _sbx_ctx+=("$w" "${words[i + 1]}")
+                ((i++))
+                continue
+                ;;
+            --config=* | --state-dir=*)
+                _sbx_ctx+=("$w")
+                continue
+                ;;
+        esac
+        if [[ -z $sub ]]; then
+            [[ $w != -* ]] && sub=$w
+            continue
+        fi
+        if ((dashdash)); then
+            continue
+        fi
+        case $w in
+            --) dashdash=1 ;;
+            --rm) rm_flag=1 ;;
+            --driver | --image | --memory | --pids | --cpus | --disk | \
+            --network | --idle-timeout | --ttl | -e | --env | -l | --label | \
+            -w | --workdir | --timeout | --max-size | --filter)
+                ((i++)) ;;
+            -f) [[ $sub == ls ]] && ((i++)) ;;
+            -*) ;;
+            *) pos+=("$w") && ((npos++)) ;;
+        esac
+    done
+
+    # After `exec ... --` everything is the sandboxed command.
+    ((dashdash)) && return
+
+    # Values of options.
+    case $prev in
+        --config)
+            _filedir 2>/dev/null || COMPREPLY=($(compgen -f -- "$cur"))
+            return ;;
+        --state-dir | --image)
+            _filedir -d 2>/dev/null || COMPREPLY=($(compgen -d -- "$cur"))
+            return ;;
+        --driver)
+            COMPREPLY=($(compgen -W "$_sbx_drivers" -- "$cur"))
+            return ;;
+        --network)
+            COMPREPLY=($(compgen -W "$_sbx_networks" -- "$cur"))
+            return ;;
+        --memory | --disk | --max-size | --pids | --cpus | --idle-timeout | \
+        --ttl | --timeout | -e | --env | -l | --label | -w | --workdir)
+            return ;;
+        -f | --filter)
+            if [[ $sub == ls ]]; then
+                case $cur in
+                    driver=*)
+                        COMPREPLY=($(compgen -W "$_sbx_drivers" -- "${cur#driver=}"))
+                        # readline replaces only the text after `=` when it is a word break
+                        [[ $COMP_WORDBREAKS == *=* ]] ||
+                            COMPREPLY=("${COMPREPLY[@]/#/driver=}") ;;
+                    *)
+                        COMPREPLY=($(compgen -W "driver= state= label:" -- "$cur"))
+                        compopt -o nospace 2>/dev/null ;;
+                esac
+                declare -F __ltrim_colon_completions >/dev/null &&
+                    __ltrim_colon_completions "$cur"
+                return
+            fi
+            ;;
+    esac
+
+    local opts=""
+    case $sub in
+        "")
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "$_sbx_global_opts --version" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve" -- "$cur"))
+            fi
+            return ;;
+        create) opts=$_sbx_create_opts ;;
+        exec)
+            opts="-i --interactive -e --env -w --workdir --timeout"
+            # create flags only for a one-shot sandbox (no ID given yet, or --rm)
+            ((rm_flag || npos == 0)) && opts="-i --interactive --timeout --rm $_sbx_create_opts"
+            ;;
+        cp) opts="--max-size" ;;
+        ls) opts="--json -q --quiet -f --filter" ;;
+        rm) opts="-f --force --all" ;;
+        gc) opts="--dry-run --json" ;;
+        doctor) opts="--json --driver" ;;
+        serve) opts="" ;;
+        *) return ;;
+    esac
+
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$opts $_sbx_global_opts" -- "$cur"))
+        [[ $sub == exec ]] && COMPREPLY+=($(compgen -W "--" -- "$cur"))
+        return
+    fi
+
+    case $sub in
+        exec)
+            # One ID, then `--`; no ID with --rm.
+            if ((!rm_flag && npos == 0)); then
+                COMPREPLY=($(compgen -W "$(_sbx_ids "${words[0]}")" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "--" -- "$cur"))
+            fi
+            ;;
+        rm)
+            local id
+            for id in $(_sbx_ids "${words[0]}"); do
+                [[ " ${pos[*]} " == *" $id "* ]] || COMPREPLY+=($(compgen -W "$id" -- "$cur"))
+            done
+            ;;
+        cp)
+            ((npos >= 2)) && return
+            if [[ $cur == *:* ]]; then
+                return # a path inside the sandbox: nothing to offer
+            fi
+            local id
+            for id in $(_sbx_ids "${words[0]}"); do
+                [[ $id == "$cur"* ]] && COMPREPLY+=("$id:")
+            done
+            [[ -z $cur ]] && COMPREPLY+=(-)
+            local f
+            while IFS= read -r f; do
+                [[ -d $f ]] && f+=/
+                COMPREPLY+=("$(printf '%q' "$f")")
+            done < <(compgen -f -- "$cur")
+            # `ID:` and `dir/` are only a start: no space after them
+            if ((${#COMPREPLY[@]} == 1)) && [[ ${COMPREPLY[0]} == *[:/] ]]; then
+                compopt -o nospace 2>/dev/null
+            fi
+            declare -F __ltrim_colon_completions >/dev/null &&
+                __ltrim_colon_completions "$cur"
+            ;;
+    esac
+} &&
+    complete -F _sbx sbx
+
+# ex: filetype=sh

@@ -1,0 +1,158 @@
+# fish completion for sbx. Flags follow docs/cli.md;
+# tests/check_docs_in_step.py keeps them in step.
+# Install as ~/.config/fish/completions/sbx.fish or into $fish_complete_path.
+
+set -l commands create exec cp ls rm gc doctor serve
+
+function __sbx_drivers
+    printf '%s\t%s\n' \
+        subprocess 'namespaces, overlay, cgroups, seccomp' \
+        runsc gVisor \
+        microvm 'KVM micro-VM' \
+        deno 'Deno sandbox' \
+        remote 'remote sandbox manager'
+end
+
+# Ids of existing sandboxes; honours --config/--state-dir already on the line.
+function __sbx_ids
+    set -l ctx
+    set -l tokens (commandline -opc)
+    for i in (seq 2 (count $tokens))
+        switch $tokens[$i]
+            case --config --state-dir
+                set -q tokens[(math $i + 1)]; and set -a ctx $tokens[$i] $tokens[(math $i + 1)]
+            case '--config=*' '--state-dir=*'
+                set -a ctx $tokens[$i]
+        end
+    end
+    sbx ls -q $ctx 2>/dev/null
+end
+
+# Words after the subcommand that are not options (nor option values).
+function __sbx_args
+    set -l tokens (commandline -opc)
+    set -e tokens[1]
+    set -l sub ""
+    set -l skip 0
+    for t in $tokens
+        if test $skip -eq 1
+            set skip 0
+            continue
+        end
+        switch $t
+            case --config --state-dir --driver --image --memory --pids --cpus --disk --network \
+                --idle-timeout --ttl -e --env -l --label -w --workdir --timeout --max-size --filter
+                set skip 1
+            case -f
+                test "$sub" = ls; and set skip 1
+            case '-*'
+            case '*'
+                if test -z "$sub"
+                    set sub $t
+                else
+                    echo $t
+                end
+        end
+    end
+end
+
+# exec: an ID is due (no --rm, no ID yet, no `--`).
+function __sbx_exec_wants_id
+    set -l tokens (commandline -opc)
+    contains -- --rm $tokens; and return 1
+    contains -- -- $tokens; and return 1
+    test (count (__sbx_args)) -eq 0
+end
+
+# cp: SRC or DEST is due.
+function __sbx_cp_wants_arg
+    test (count (__sbx_args)) -lt 2
+end
+
+function __sbx_cp_ids
+    for id in (__sbx_ids)
+        printf '%s:\tsandbox\n' $id
+    end
+end
+
+function __sbx_filters
+    set -l cur (commandline -ct)
+    switch $cur
+        case 'driver=*'
+            for d in subprocess runsc microvm deno remote
+                echo driver=$d
+            end
+        case '*'
+            printf '%s\n' driver= state= label:
+    end
+end
+
+complete -c sbx -f
+
+# Global flags.
+complete -c sbx -l config -r -F -d 'Configuration file'
+complete -c sbx -l state-dir -x -a '(__fish_complete_directories)' -d 'State root'
+complete -c sbx -s h -l help -d 'Print usage'
+complete -c sbx -n __fish_use_subcommand -l version -d 'Print the version'
+
+# Subcommands.
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a create -d 'Create a sandbox and print its id'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a exec -d 'Run a command in a sandbox'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a cp -d 'Copy files between the host and a sandbox'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a ls -d 'List sandboxes'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a rm -d 'Destroy sandboxes'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Remove idle, expired, dead and orphaned sandboxes'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a doctor -d 'Check which drivers can run'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a serve -d 'Run the sandbox manager'
+
+# create (and exec --rm).
+set -l c '__fish_seen_subcommand_from create exec'
+complete -c sbx -n $c -l driver -x -a '(__sbx_drivers)' -d 'Driver'
+complete -c sbx -n $c -l image -x -a '(__fish_complete_directories)' -d 'Root filesystem directory (read-only base)'
+complete -c sbx -n $c -l memory -x -d 'Memory cap, e.g. 256M (default 512M)'
+complete -c sbx -n $c -l pids -x -d 'Maximum number of processes (default 256)'
+complete -c sbx -n $c -l cpus -x -d 'CPU cap in cores (default 1)'
+complete -c sbx -n $c -l disk -x -d 'Size cap of the writable layer (default 1G)'
+complete -c sbx -n $c -l network -x -a 'none jail' -d 'Network mode (default none)'
+complete -c sbx -n $c -l idle-timeout -x -d 'Collect after this long idle; 0 = never (default 10m)'
+complete -c sbx -n $c -l ttl -x -d 'Collect this long after creation; 0 = never (default 0)'
+complete -c sbx -n $c -l persistent -d 'Never collected by idle or TTL gc'
+complete -c sbx -n $c -s e -l env -x -d 'Environment variable KEY=VALUE'
+complete -c sbx -n $c -s l -l label -x -d 'Label KEY=VALUE'
+complete -c sbx -n $c -s w -l workdir -x -d 'Working directory (default /work)'
+
+# exec.
+set -l x '__fish_seen_subcommand_from exec'
+complete -c sbx -n $x -s i -l interactive -d 'Forward stdin to the command'
+complete -c sbx -n $x -l timeout -x -d 'Kill the whole process tree after this long'
+complete -c sbx -n $x -l rm -d 'One-shot: create a sandbox, run, remove it'
+complete -c sbx -n "$x; and __sbx_exec_wants_id" -a '(__sbx_ids)' -d 'Sandbox'
+
+# cp.
+set -l p '__fish_seen_subcommand_from cp'
+complete -c sbx -n $p -l max-size -x -d 'Refuse transfers larger than this (default 1G)'
+complete -c sbx -n "$p; and __sbx_cp_wants_arg" -a '(__sbx_cp_ids)'
+complete -c sbx -n "$p; and __sbx_cp_wants_arg" -a - -d 'Tar stream on stdin/stdout'
+complete -c sbx -n "$p; and __sbx_cp_wants_arg; and not string match -q -- '*:*' (commandline -ct)" -F
+
+# ls.
+set -l l '__fish_seen_subcommand_from ls'
+complete -c sbx -n $l -l json -d 'JSON array of records'
+complete -c sbx -n $l -s q -l quiet -d 'Ids only'
+complete -c sbx -n $l -s f -l filter -x -a '(__sbx_filters)' -d 'driver=NAME, state=STATE, label:KEY=VALUE'
+
+# rm.
+set -l r '__fish_seen_subcommand_from rm'
+complete -c sbx -n $r -s f -l force -d 'No error for ids that do not exist'
+complete -c sbx -n $r -l all -d 'Every sandbox'
+complete -c sbx -n $r -a '(__sbx_ids)' -d 'Sandbox'
+
+# gc.
+set -l g '__fish_seen_subcommand_from gc'
+complete -c sbx -n $g -l dry-run -d 'List what would be done, change nothing'
+complete -c sbx -n $g -l json -d 'JSON report'
+
+# doctor.
+set -l d '__fish_seen_subcommand_from doctor'
+complete -c sbx -n $d -l json -d 'JSON report'
+complete -c sbx -n $d -l driver -x -a '(__sbx_drivers)' -d 'Check this driver instead of the configured chain'

@@ -1,0 +1,186 @@
+#include "core/agent_client.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+#include "core/protocol.hpp"
+
+namespace sbx {
+
+using nlohmann::json;
+namespace proto = sbx::proto;
+
+void from_json(const json& j, FileEntry& e) {
+  e.path = j.value("path", "");
+  e.type = j.value("type", "other");
+  e.mode = j.value("mode", 0u);
+  e.size = j.value("size", uint64_t{0});
+  e.mtime = j.value("mtime", int64_t{0});
+  e.target = j.value("target", "");
+}
+
+namespace {
+
+// The agent's error frame, turned back into the error it described.
+[[noreturn]] void throw_remote(const proto::Frame& f) {
+  json j = f.json();
+  std::string code = j.value("code", "internal");
+  Errc c = Errc::internal;
+  for (Errc k : {Errc::usage, Errc::invalid_argument, Errc::not_found, Errc::already_exists, Errc::unavailable,
+                 Errc::permission_denied, Errc::limit_exceeded, Errc::timeout, Errc::io, Errc::protocol,
+                 Errc::conflict, Errc::unauthenticated, Errc::forbidden, Errc::internal})
+    if (code_name(k) == code) c = k;
+  // The agent's message already carries strerror; keep errno only for the code mapping.
+  throw Error(c, j.value("message", "agent error"));
+}
+
+proto::Frame must_read(int fd) {
+  auto f = proto::read_frame(fd);
+  if (!f) throw Error(Errc::protocol, "the sandbox's agent closed the connection").set_hint("the sandbox may have died; see `sbx ls`");
+  return std::move(*f);
+}
+
+}  // namespace
+
+json AgentClient::ping(int timeout_ms) {
+  uint32_t ch = next_channel();
+  write_all(fd_.get(), proto::encode(proto::Type::ping, ch));
+  pollfd p{fd_.get(), POLLIN, 0};
+  int n;
+  do n = ::poll(&p, 1, timeout_ms);
+  while (n < 0 && errno == EINTR);
+  if (n == 0) throw Error(Errc::timeout, "the sandbox's agent did not answer within " + std::to_string(timeout_ms) + " ms");
+  auto f = must_read(fd_.get());
+  if (f.type == proto::Type::error) throw_remote(f);
+  return f.json();
+}
+
+ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
+  uint32_t ch = next_channel();
+  write_all(fd_.get(), proto::encode_json(proto::Type::exec, ch, req));
+  bool stdin_open = req.stdin_open;
+  if (stdin_open && io.stdin_fd < 0) {
+    // Fixed stdin: send it all, then EOF.
+    std::string_view rest = io.stdin_data;
+    while (!rest.empty()) {
+      auto n = std::min(rest.size(), proto::kChunk);
+      write_all(fd_.get(), proto::encode(proto::Type::stdin_data, ch, rest.substr(0, n)));
+      rest.remove_prefix(n);
+    }
+    write_all(fd_.get(), proto::encode(proto::Type::stdin_eof, ch));
+    stdin_open = false;
+  }
+  proto::Decoder dec;
+  std::string buf(proto::kChunk, '\0');
+  for (;;) {
+    pollfd pfds[3];
+    nfds_t n = 0;
+    pfds[n++] = {fd_.get(), POLLIN, 0};
+    int stdin_idx = -1, sig_idx = -1;
+    if (stdin_open) stdin_idx = static_cast<int>(n), pfds[n++] = {io.stdin_fd, POLLIN, 0};
+    if (io.signal_fd >= 0) sig_idx = static_cast<int>(n), pfds[n++] = {io.signal_fd, POLLIN, 0};
+    int r = ::poll(pfds, n, -1);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw sys_error("poll", errno);
+    }
+    if (sig_idx >= 0 && pfds[sig_idx].revents) {
+      int sig = 0;
+      if (::read(io.signal_fd, &sig, sizeof sig) == static_cast<ssize_t>(sizeof sig))
+        write_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", sig}}));
+    }
+    if (stdin_idx >= 0 && pfds[stdin_idx].revents) {
+      ssize_t got = ::read(io.stdin_fd, buf.data(), buf.size());
+      if (got > 0) {
+        write_all(fd_.get(), proto::encode(proto::Type::stdin_data, ch, std::string_view(buf.data(), static_cast<size_t>(got))));
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        write_all(fd_.get(), proto::encode(proto::Type::stdin_eof, ch));
+        stdin_open = false;
+      }
+    }
+    if (!pfds[0].revents) continue;
+    ssize_t got = ::read(fd_.get(), buf.data(), buf.size());
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw sys_error("reading from the sandbox's agent", errno);
+    }
+    if (got == 0)
+      throw Error(Errc::protocol, "the sandbox's agent went away while the command ran")
+          .set_hint("the sandbox may have been removed or died; see `sbx ls`");
+    dec.feed(buf.data(), static_cast<size_t>(got));
+    while (auto f = dec.pop()) {
+      if (f->channel != ch) continue;
+      switch (f->type) {
+        case proto::Type::started: break;
+        case proto::Type::stdout_data:
+          if (io.on_stdout) io.on_stdout(f->payload);
+          break;
+        case proto::Type::stderr_data:
+          if (io.on_stderr) io.on_stderr(f->payload);
+          break;
+        case proto::Type::exit: {
+          json j = f->json();
+          ExecResult res = j.get<ExecResult>();
+          io.error = j.value("error", "");
+          return res;
+        }
+        case proto::Type::error: throw_remote(*f);
+        default: throw Error(Errc::protocol, "unexpected frame from the agent during exec");
+      }
+    }
+  }
+}
+
+std::vector<FileEntry> AgentClient::list(const std::string& path, bool recursive) {
+  uint32_t ch = next_channel();
+  write_all(fd_.get(), proto::encode_json(proto::Type::list, ch, {{"path", path}, {"recursive", recursive}}));
+  std::vector<FileEntry> out;
+  for (;;) {
+    auto f = must_read(fd_.get());
+    if (f.channel != ch) continue;
+    if (f.type == proto::Type::error) throw_remote(f);
+    if (f.type == proto::Type::end) return out;
+    if (f.type != proto::Type::entries) throw Error(Errc::protocol, "unexpected frame from the agent during list");
+    for (auto& e : f.json().at("entries")) out.push_back(e.get<FileEntry>());
+  }
+}
+
+FileEntry AgentClient::read_file(const std::string& path, const std::function<void(std::string_view)>& sink) {
+  uint32_t ch = next_channel();
+  write_all(fd_.get(), proto::encode_json(proto::Type::file_read, ch, {{"path", path}}));
+  auto head = must_read(fd_.get());
+  if (head.type == proto::Type::error) throw_remote(head);
+  if (head.type != proto::Type::ok) throw Error(Errc::protocol, "unexpected frame from the agent during read");
+  FileEntry entry = head.json().get<FileEntry>();
+  for (;;) {
+    auto f = must_read(fd_.get());
+    if (f.type == proto::Type::error) throw_remote(f);
+    if (f.type == proto::Type::end) return entry;
+    if (f.type == proto::Type::data) sink(f.payload);
+  }
+}
+
+void AgentClient::write_entry(const std::string& path, const FileEntry& meta,
+                              const std::function<bool(std::string&)>& source) {
+  uint32_t ch = next_channel();
+  json req{{"path", path}, {"kind", meta.type}, {"mode", meta.mode}, {"mtime", meta.mtime}};
+  if (meta.type == "symlink") req["target"] = meta.target;
+  write_all(fd_.get(), proto::encode_json(proto::Type::file_write, ch, req));
+  if (meta.type == "file") {
+    std::string chunk;
+    while (source && source(chunk)) {
+      if (!chunk.empty()) write_all(fd_.get(), proto::encode(proto::Type::data, ch, chunk));
+      chunk.clear();
+    }
+    write_all(fd_.get(), proto::encode(proto::Type::end, ch));
+  }
+  auto f = must_read(fd_.get());
+  if (f.type == proto::Type::error) throw_remote(f);
+}
+
+}  // namespace sbx

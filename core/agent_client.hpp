@@ -1,0 +1,62 @@
+// The host's side of the agent protocol: one connected stream to a sandbox's
+// agent, used for one request at a time by this client (the agent itself
+// serves many clients and channels at once).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/fd.hpp"
+#include "core/spec.hpp"
+
+namespace sbx {
+
+/// A file, directory or symlink inside a sandbox, as listed by the agent.
+struct FileEntry {
+  std::string path;    ///< relative to the listed path ("" for the path itself)
+  std::string type;    ///< file | dir | symlink | other
+  unsigned mode = 0;   ///< permission bits
+  uint64_t size = 0;
+  int64_t mtime = 0;   ///< seconds since the epoch
+  std::string target;  ///< symlink target
+};
+void from_json(const nlohmann::json& j, FileEntry& e);
+
+/// Where an exec's output goes and its input comes from.
+struct ExecIO {
+  std::function<void(std::string_view)> on_stdout;  ///< called as output arrives
+  std::function<void(std::string_view)> on_stderr;
+  int stdin_fd = -1;        ///< forwarded until EOF when the request has stdin_open
+  std::string stdin_data;   ///< used instead when stdin_fd < 0 and stdin_open
+  int signal_fd = -1;       ///< when readable, an int signal number to forward (a self-pipe)
+  std::string error;        ///< out: why the command did not start (e.g. "x: command not found")
+};
+
+class AgentClient {
+ public:
+  explicit AgentClient(Fd stream) : fd_(std::move(stream)) {}
+
+  /// {version, running, uptime_ms, pid}; throws protocol/timeout when the agent does not answer in time.
+  nlohmann::json ping(int timeout_ms = 2000);
+  /// Runs a command, streaming through io; returns how it ended.
+  ExecResult exec(const ExecRequest& req, ExecIO& io);
+  /// Lists path (its own entry first), recursively when asked.
+  std::vector<FileEntry> list(const std::string& path, bool recursive);
+  /// Reads a regular file, handing its content to sink chunk by chunk; returns its entry.
+  FileEntry read_file(const std::string& path, const std::function<void(std::string_view)>& sink);
+  /// Creates a file (content pulled from `source` until it returns false), directory or symlink.
+  void write_entry(const std::string& path, const FileEntry& meta,
+                   const std::function<bool(std::string&)>& source);
+
+ private:
+  uint32_t next_channel() { return ++channel_; }
+  Fd fd_;
+  uint32_t channel_ = 0;
+};
+
+}  // namespace sbx

@@ -1,0 +1,63 @@
+// A Backend is where sandboxes live: this host (LocalBackend, through the
+// drivers) or a remote sbx serve (the remote driver). The CLI and the server
+// speak only to this interface.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/agent_client.hpp"
+#include "core/copy.hpp"
+#include "core/spec.hpp"
+
+namespace sbx {
+
+/// One thing gc did or would do.
+struct GcAction {
+  std::string kind;    ///< sandbox | stray_dir | orphan
+  std::string target;  ///< sandbox id, directory or driver-specific orphan name
+  std::string reason;  ///< "idle for 12m (timeout 10m)", "agent gone", ...
+  bool done = false;   ///< false on --dry-run or failure
+  std::string error;   ///< why it failed, if it did
+};
+
+struct GcReport {
+  std::vector<GcAction> actions;
+};
+
+/// A sandbox's record plus what only a live check can tell.
+struct SandboxStatus {
+  SandboxRecord record;
+  int running_execs = -1;  ///< from the agent; -1 when unknown
+};
+
+/// Receives progress lines for steps that take over a second.
+using Progress = std::function<void(const std::string&)>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// Where this backend runs sandboxes, for messages ("local", a URL).
+  virtual std::string where() const = 0;
+  /// Creates and starts a sandbox; returns once its agent answers.
+  virtual SandboxRecord create(const SandboxSpec& spec, const Progress& progress) = 0;
+  /// Runs a command in a sandbox.
+  virtual ExecResult exec(const std::string& id, const ExecRequest& req, ExecIO& io) = 0;
+  /// Every sandbox, with dead ones marked as such.
+  virtual std::vector<SandboxRecord> list() = 0;
+  /// One sandbox (an unambiguous id prefix works locally).
+  virtual SandboxRecord get(const std::string& id) = 0;
+  /// Destroys a sandbox and frees what it held.
+  virtual void remove(const std::string& id) = 0;
+  /// Collects idle, expired and dead sandboxes and orphans.
+  virtual GcReport gc(bool dry_run) = 0;
+  /// What is at path inside the sandbox, or nullopt.
+  virtual std::optional<FileEntry> stat(const std::string& id, const std::string& path) = 0;
+  /// Writes entries into the sandbox as `target`.
+  virtual uint64_t put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) = 0;
+  /// Reads `path` (a file or a tree) from the sandbox into sink.
+  virtual uint64_t get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) = 0;
+};
+
+}  // namespace sbx

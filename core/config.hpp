@@ -1,0 +1,65 @@
+// One resolved configuration: flags > environment > YAML file > defaults.
+// The environment variables and defaults of the operator guide
+// (USE_REMOTE_SANDBOX, REMOTE_SANDBOX_BACKEND, SANDBOX_BACKEND,
+// LOCAL_SANDBOX_BACKEND, SANDBOX_MANAGER_URL, ADMIN_API_KEY) are a contract.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/spec.hpp"
+
+namespace sbx {
+
+struct Config {
+  bool use_remote = true;                 ///< USE_REMOTE_SANDBOX, default true
+  std::string remote_backend = "syd";     ///< REMOTE_SANDBOX_BACKEND after normalisation: always "syd"
+  std::string local_backend = "deno";     ///< LOCAL_SANDBOX_BACKEND: deno | subprocess | none
+  std::string manager_url;                ///< SANDBOX_MANAGER_URL, empty when unset
+  std::string api_key;                    ///< ADMIN_API_KEY; never printed or logged
+  std::string state_dir;                  ///< --state-dir > SBX_STATE_DIR > file > /var/lib/sbx (root) or ~/.local/state/sbx
+  std::string config_file;                ///< the YAML file that was read, or empty
+  std::string driver_override;            ///< --driver for this call, or empty
+
+  // Defaults for new sandboxes (overridden per call by flags).
+  Limits default_limits{1.0, 512, 256, 1024};
+  uint64_t default_idle_timeout_s = 600;  ///< ephemeral sandboxes idle this long are collected
+  uint64_t default_ttl_s = 0;             ///< 0 = no TTL
+  std::string default_network = "none";
+
+  uint32_t uid_base = 1u << 30;           ///< first host uid of sandbox id ranges (65536 ids each)
+  uint64_t cp_max_bytes = 1ull << 30;     ///< cap on one `sbx cp` transfer
+
+  /// Where each setting came from ("default", "env USE_REMOTE_SANDBOX", "file /etc/sbx/config.yaml",
+  /// "flag --driver"), keyed by the setting's name; doctor prints it.
+  std::map<std::string, std::string> origin;
+  /// Non-fatal notes for the user (deprecated alias used, ...), printed once on stderr.
+  std::vector<std::string> warnings;
+};
+
+/// Everything resolution reads, so tests can pass it in without touching the process.
+struct ConfigInputs {
+  std::map<std::string, std::string> env;     ///< the environment
+  std::optional<std::string> config_flag;     ///< --config
+  std::optional<std::string> state_dir_flag;  ///< --state-dir
+  std::optional<std::string> driver_flag;     ///< --driver
+  bool is_root = true;                        ///< picks the default state root
+  std::string home;                           ///< $HOME, for the non-root default state root
+};
+
+/// Resolves from inputs, reading the YAML file named by --config, $SBX_CONFIG,
+/// or /etc/sbx/config.yaml (the last only if it exists). Throws invalid_argument
+/// naming the bad value and the accepted ones.
+Config resolve_config(const ConfigInputs& in);
+/// Same, with the YAML text given (empty = no file); `file_name` is used in messages.
+Config resolve_config_text(const ConfigInputs& in, const std::string& yaml_text, const std::string& file_name);
+/// The inputs of this process (environ, geteuid, $HOME), plus the flags.
+ConfigInputs inputs_from_process();
+
+/// Parses a boolean the way the guide's variables accept it: true/false, 1/0, yes/no, on/off.
+bool parse_bool(std::string_view value, std::string_view name);
+
+}  // namespace sbx

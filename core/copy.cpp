@@ -1,0 +1,313 @@
+#include "core/copy.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+
+namespace sbx {
+
+bool safe_relative_path(std::string_view rel) {
+  if (rel.empty()) return true;
+  if (rel.front() == '/') return false;
+  size_t i = 0;
+  while (i <= rel.size()) {
+    size_t j = rel.find('/', i);
+    if (j == std::string_view::npos) j = rel.size();
+    auto part = rel.substr(i, j - i);
+    if (part.empty() || part == "." || part == "..") return false;
+    i = j + 1;
+  }
+  return true;
+}
+
+std::string resolve_cp_target(const std::string& dest, const DestInfo& info, const std::string& src_name,
+                              bool src_is_dir, bool src_contents_only) {
+  bool dest_says_dir = !dest.empty() && dest.back() == '/';
+  std::string base = dest;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  if (info.exists && !info.is_dir) {
+    if (src_is_dir) throw Error(Errc::invalid_argument, "cannot copy a directory onto the file " + dest);
+    if (dest_says_dir) throw Error(Errc::invalid_argument, dest + " is not a directory");
+    return base;
+  }
+  if (info.exists && info.is_dir) {
+    if (src_is_dir && src_contents_only) return base;
+    return (base == "/" ? "" : base) + "/" + src_name;
+  }
+  if (dest_says_dir && !src_is_dir)
+    throw Error(Errc::not_found, "destination directory " + dest + " does not exist");
+  return base;
+}
+
+namespace {
+
+[[noreturn]] void archive_fail(archive* a, const std::string& what) {
+  const char* msg = archive_error_string(a);
+  int err = archive_errno(a);
+  throw Error(err == ENOSPC ? Errc::limit_exceeded : Errc::io, what + ": " + (msg ? msg : "unknown error"));
+}
+
+std::string type_name(mode_t m) {
+  if (S_ISREG(m)) return "file";
+  if (S_ISDIR(m)) return "dir";
+  if (S_ISLNK(m)) return "symlink";
+  return "other";
+}
+
+// Both host-path and tar sources are libarchive readers; they differ in how
+// entries are named (a prefix to strip) and whether to descend into directories.
+class ArchiveSource : public EntrySource {
+ public:
+  ArchiveSource(archive* a, bool disk, std::string prefix) : a_(a), disk_(disk), prefix_(std::move(prefix)) {}
+  ~ArchiveSource() override {
+    if (disk_) archive_read_free(a_);
+    else archive_read_free(a_);
+  }
+  bool next(FileEntry& e) override {
+    for (;;) {
+      archive_entry* ent = nullptr;
+      int r = archive_read_next_header(a_, &ent);
+      if (r == ARCHIVE_EOF) return false;
+      if (r < ARCHIVE_WARN) archive_fail(a_, "reading the source");
+      if (disk_ && archive_read_disk_can_descend(a_)) archive_read_disk_descend(a_);
+      std::string name = archive_entry_pathname(ent) ? archive_entry_pathname(ent) : "";
+      std::string rel = relative(name);
+      if (rel == "\x01") continue;  // the tar's "./" itself
+      e = FileEntry{};
+      e.path = rel;
+      e.type = type_name(archive_entry_filetype(ent));
+      e.mode = archive_entry_perm(ent) & 07777;
+      e.size = archive_entry_size_is_set(ent) ? static_cast<uint64_t>(archive_entry_size(ent)) : 0;
+      e.mtime = archive_entry_mtime(ent);
+      if (e.type == "symlink" && archive_entry_symlink(ent)) e.target = archive_entry_symlink(ent);
+      if (const char* hl = archive_entry_hardlink(ent)) {
+        // Hard links inside a tar become independent copies would need the data twice; refuse clearly.
+        throw Error(Errc::invalid_argument, "tar entry " + name + " is a hard link to " + hl)
+            .set_hint("hard links are not supported by sbx cp; archive with --hard-dereference");
+      }
+      if (e.type == "other") continue;  // devices, fifos, sockets are not copied
+      if (!safe_relative_path(e.path))
+        throw Error(Errc::invalid_argument, "refusing unsafe entry name '" + name + "' in the source");
+      return true;
+    }
+  }
+  bool read(std::string& chunk) override {
+    chunk.resize(64 * 1024);
+    la_ssize_t n = archive_read_data(a_, chunk.data(), chunk.size());
+    if (n < 0) archive_fail(a_, "reading file content");
+    chunk.resize(static_cast<size_t>(n));
+    return n > 0;
+  }
+
+ private:
+  // "" for the root; "\x01" for an entry to skip.
+  std::string relative(std::string name) const {
+    if (disk_) {
+      if (name == prefix_) return "";
+      return name.substr(prefix_.size() + 1);
+    }
+    while (name.rfind("./", 0) == 0) name.erase(0, 2);
+    while (!name.empty() && name.back() == '/') name.pop_back();
+    if (name.empty() || name == ".") return "\x01";
+    return name;
+  }
+  archive* a_;
+  bool disk_;
+  std::string prefix_;
+};
+
+class SandboxSource : public EntrySource {
+ public:
+  SandboxSource(AgentClient& agent, std::string path) : agent_(agent), path_(std::move(path)) {
+    entries_ = agent_.list(path_, true);
+  }
+  bool next(FileEntry& e) override {
+    pending_.clear();
+    pos_in_pending_ = 0;
+    while (idx_ < entries_.size()) {
+      e = entries_[idx_++];
+      if (e.type == "other") continue;
+      if (!safe_relative_path(e.path))
+        throw Error(Errc::protocol, "the sandbox listed an unsafe name '" + e.path + "'");
+      if (e.type == "file") {
+        // Read whole: the agent stream carries one request at a time for this client.
+        std::string full = e.path.empty() ? path_ : path_ + "/" + e.path;
+        std::string data;
+        agent_.read_file(full, [&](std::string_view chunk) { data.append(chunk); });
+        pending_ = std::move(data);
+        e.size = pending_.size();
+      }
+      return true;
+    }
+    return false;
+  }
+  bool read(std::string& chunk) override {
+    if (pos_in_pending_ >= pending_.size()) return false;
+    size_t n = std::min<size_t>(pending_.size() - pos_in_pending_, 64 * 1024);
+    chunk.assign(pending_, pos_in_pending_, n);
+    pos_in_pending_ += n;
+    return true;
+  }
+
+ private:
+  AgentClient& agent_;
+  std::string path_;
+  std::vector<FileEntry> entries_;
+  size_t idx_ = 0;
+  std::string pending_;
+  size_t pos_in_pending_ = 0;
+};
+
+class ArchiveWriterSink : public EntrySink {
+ public:
+  ArchiveWriterSink(archive* a, bool disk, std::string root) : a_(a), disk_(disk), root_(std::move(root)) {}
+  ~ArchiveWriterSink() override { archive_write_free(a_); }
+  void put(const FileEntry& e, const std::function<bool(std::string&)>& content) override {
+    if (!safe_relative_path(e.path)) throw Error(Errc::invalid_argument, "refusing unsafe entry name '" + e.path + "'");
+    archive_entry* ent = archive_entry_new();
+    std::string name = e.path.empty() ? root_ : root_ + "/" + e.path;
+    archive_entry_set_pathname(ent, name.c_str());
+    mode_t type = e.type == "dir" ? AE_IFDIR : e.type == "symlink" ? AE_IFLNK : AE_IFREG;
+    archive_entry_set_filetype(ent, type);
+    // Set-id bits from a sandbox never reach the host.
+    archive_entry_set_perm(ent, e.mode & (disk_ ? 01777u : 07777u));
+    archive_entry_set_mtime(ent, e.mtime, 0);
+    if (type == AE_IFLNK) archive_entry_set_symlink(ent, e.target.c_str());
+    if (type == AE_IFREG) archive_entry_set_size(ent, static_cast<la_int64_t>(e.size));
+    int r = archive_write_header(a_, ent);
+    archive_entry_free(ent);
+    if (r < ARCHIVE_WARN) archive_fail(a_, "writing " + name);
+    if (type == AE_IFREG) {
+      std::string chunk;
+      uint64_t written = 0;
+      while (content && content(chunk)) {
+        if (written + chunk.size() > e.size)
+          throw Error(Errc::io, "file " + name + " grew while it was copied");
+        if (archive_write_data(a_, chunk.data(), chunk.size()) < 0) archive_fail(a_, "writing " + name);
+        written += chunk.size();
+        chunk.clear();
+      }
+      if (written != e.size && !disk_) throw Error(Errc::io, "file " + name + " shrank while it was copied");
+    }
+    if (archive_write_finish_entry(a_) < ARCHIVE_WARN) archive_fail(a_, "finishing " + name);
+  }
+  void close() override {
+    if (archive_write_close(a_) != ARCHIVE_OK) archive_fail(a_, "finishing the copy");
+  }
+
+ private:
+  archive* a_;
+  bool disk_;
+  std::string root_;
+};
+
+class SandboxSink : public EntrySink {
+ public:
+  SandboxSink(AgentClient& agent, std::string target) : agent_(agent), target_(std::move(target)) {}
+  void put(const FileEntry& e, const std::function<bool(std::string&)>& content) override {
+    if (!safe_relative_path(e.path)) throw Error(Errc::invalid_argument, "refusing unsafe entry name '" + e.path + "'");
+    std::string path = e.path.empty() ? target_ : (target_ == "/" ? "" : target_) + "/" + e.path;
+    with_context("writing " + path + " in the sandbox", [&] { agent_.write_entry(path, e, content); });
+  }
+
+ private:
+  AgentClient& agent_;
+  std::string target_;
+};
+
+}  // namespace
+
+std::unique_ptr<EntrySource> host_path_source(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) throw sys_error("cannot read " + path, errno);
+  archive* a = archive_read_disk_new();
+  archive_read_disk_set_symlink_physical(a);
+  archive_read_disk_set_standard_lookup(a);
+  std::string clean = path;
+  while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
+  if (clean.size() > 2 && clean.substr(clean.size() - 2) == "/.") clean.resize(clean.size() - 2);
+  if (archive_read_disk_open(a, clean.c_str()) != ARCHIVE_OK) {
+    std::string msg = archive_error_string(a) ? archive_error_string(a) : "cannot open";
+    archive_read_free(a);
+    throw Error(Errc::io, "cannot read " + path + ": " + msg);
+  }
+  return std::make_unique<ArchiveSource>(a, true, clean);
+}
+
+std::unique_ptr<EntrySource> tar_source(int fd) {
+  archive* a = archive_read_new();
+  archive_read_support_format_all(a);
+  archive_read_support_filter_all(a);
+  if (archive_read_open_fd(a, fd, 64 * 1024) != ARCHIVE_OK) {
+    std::string msg = archive_error_string(a) ? archive_error_string(a) : "not a tar stream";
+    archive_read_free(a);
+    throw Error(Errc::invalid_argument, "cannot read the tar stream: " + msg);
+  }
+  return std::make_unique<ArchiveSource>(a, false, "");
+}
+
+std::unique_ptr<EntrySource> sandbox_source(AgentClient& agent, const std::string& path) {
+  return std::make_unique<SandboxSource>(agent, path);
+}
+
+std::unique_ptr<EntrySink> host_path_sink(const std::string& target) {
+  // The user's own path is trusted: canonicalise its parent once, so the
+  // symlink checks below only ever bite on links the copy itself brings.
+  std::string t = target;
+  while (t.size() > 1 && t.back() == '/') t.pop_back();
+  auto slash = t.rfind('/');
+  std::string parent = slash == std::string::npos ? "." : (slash == 0 ? "/" : t.substr(0, slash));
+  std::string name = slash == std::string::npos ? t : t.substr(slash + 1);
+  char real[PATH_MAX];
+  if (!::realpath(parent.c_str(), real)) throw sys_error("destination directory " + parent, errno);
+  std::string root = std::string(real) + (std::string(real) == "/" ? "" : "/") + name;
+  archive* a = archive_write_disk_new();
+  archive_write_disk_set_options(a, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+                                        ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK);
+  archive_write_disk_set_standard_lookup(a);
+  return std::make_unique<ArchiveWriterSink>(a, true, root);
+}
+
+std::unique_ptr<EntrySink> tar_sink(int fd, const std::string& root_name) {
+  archive* a = archive_write_new();
+  archive_write_set_format_pax_restricted(a);
+  archive_write_set_bytes_in_last_block(a, 1);
+  if (archive_write_open_fd(a, fd) != ARCHIVE_OK) {
+    archive_write_free(a);
+    throw Error(Errc::io, "cannot write the tar stream");
+  }
+  return std::make_unique<ArchiveWriterSink>(a, false, root_name.empty() ? "." : root_name);
+}
+
+std::unique_ptr<EntrySink> sandbox_sink(AgentClient& agent, const std::string& target) {
+  return std::make_unique<SandboxSink>(agent, target);
+}
+
+uint64_t transfer(EntrySource& source, EntrySink& sink, uint64_t max_bytes) {
+  uint64_t total = 0;
+  FileEntry e;
+  while (source.next(e)) {
+    if (e.type == "file" && total + e.size > max_bytes)
+      throw Error(Errc::limit_exceeded, "the copy exceeds the limit of " + format_size(max_bytes))
+          .set_hint("raise it with --max-size or cp_max_size in the config");
+    sink.put(e, [&](std::string& chunk) {
+      if (!source.read(chunk)) return false;
+      total += chunk.size();
+      if (total > max_bytes)
+        throw Error(Errc::limit_exceeded, "the copy exceeds the limit of " + format_size(max_bytes))
+            .set_hint("raise it with --max-size or cp_max_size in the config");
+      return true;
+    });
+  }
+  sink.close();
+  return total;
+}
+
+}  // namespace sbx

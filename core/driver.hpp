@@ -1,0 +1,71 @@
+// The driver interface: how a sandbox is started, reached and torn down.
+// Everything above it (exec, cp, gc, the manager) is driver-independent and
+// talks to the sandbox's agent over the stream connect() returns.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/fd.hpp"
+#include "core/spec.hpp"
+
+namespace sbx {
+
+struct Config;
+
+/// One host check: a driver's prerequisite or a host feature.
+struct Probe {
+  bool ok = false;
+  std::string name;     ///< what was checked ("user namespaces", "runsc")
+  std::string detail;   ///< what was found (version, path) or why it failed
+  std::string remedy;   ///< what to do when !ok
+};
+
+/// Progress messages for steps that take a while (VM boot, image build).
+using ProgressFn = void (*)(void* ctx, const std::string& message);
+
+class Driver {
+ public:
+  virtual ~Driver() = default;
+
+  /// Starts the sandbox described by rec; `dir` is its private state directory.
+  /// Fills rec's runtime fields (agent pid, driver_data). On failure it must
+  /// leave nothing running; destroy() is still called to clean up.
+  virtual void start(SandboxRecord& rec, const std::string& dir) = 0;
+  /// Opens a new byte stream to the sandbox's agent.
+  virtual Fd connect(const SandboxRecord& rec, const std::string& dir) = 0;
+  /// Whether the sandbox's agent is still running.
+  virtual bool alive(const SandboxRecord& rec) = 0;
+  /// Kills the sandbox and frees every host resource it held. Idempotent; works
+  /// on a half-started sandbox and on one whose processes are already gone.
+  virtual void destroy(const SandboxRecord& rec, const std::string& dir) = 0;
+  /// A counter of kills by the memory limit, read before and after an exec to
+  /// tell an OOM kill from any other SIGKILL.
+  virtual uint64_t oom_kills(const SandboxRecord& /*rec*/) { return 0; }
+  /// Host leftovers (cgroups, mounts, ...) that belong to no sandbox in `live_ids`.
+  virtual std::vector<std::string> orphans(const std::set<std::string>& /*live_ids*/) { return {}; }
+  /// Frees one leftover named by orphans().
+  virtual void reap_orphan(const std::string& /*what*/) {}
+};
+
+/// A row of the driver table: the one list that doctor, --driver, the
+/// selector and the server's /healthz all walk.
+struct DriverInfo {
+  std::string name;     ///< as given to --driver
+  std::string summary;  ///< one line for help and doctor
+  /// Checks this host can run the driver; one Probe per prerequisite.
+  std::vector<Probe> (*probe)(const Config& cfg);
+  /// Makes a driver instance for this configuration.
+  std::unique_ptr<Driver> (*make)(const Config& cfg);
+};
+
+using DriverTable = std::vector<DriverInfo>;
+
+/// The row named `name`, or nullptr.
+const DriverInfo* find_driver(const DriverTable& table, std::string_view name);
+/// "subprocess, runsc, ..." for error messages.
+std::string driver_names(const DriverTable& table);
+
+}  // namespace sbx

@@ -1,0 +1,36 @@
+// Small filesystem helpers that report failures as sbx::Error.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/fd.hpp"
+
+namespace sbx {
+
+/// Reads a whole (small) file.
+std::string read_file(const std::string& path);
+/// Reads a whole file, or nullopt when it does not exist.
+std::optional<std::string> read_file_if_exists(const std::string& path);
+/// Writes a file so that readers see the old or the new content, never a part:
+/// temp file in the same directory, fsync, rename, fsync of the directory.
+void write_file_atomic(const std::string& path, std::string_view data, unsigned mode = 0644);
+/// Writes to an existing file such as a cgroup or /proc knob (no truncation games).
+void write_knob(const std::string& path, std::string_view value);
+/// mkdir -p with the given mode for the directories it creates.
+void make_dirs(const std::string& path, unsigned mode = 0755);
+/// rm -rf that does not cross into other filesystems (a sandbox's leftover
+/// mount is never followed into the host).
+void remove_tree(const std::string& path);
+/// Writes all of data to fd, retrying on EINTR and short writes.
+void write_all(int fd, std::string_view data);
+/// Reads exactly n bytes; returns false on EOF before the first byte.
+bool read_exact(int fd, void* buf, size_t n);
+/// Takes a flock on path (created if missing), exclusive or shared; released when the Fd closes.
+Fd lock_file(const std::string& path, bool exclusive = true);
+/// Whether a path exists (without following a final symlink).
+bool path_exists(const std::string& path);
+
+}  // namespace sbx

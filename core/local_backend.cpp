@@ -1,0 +1,320 @@
+#include "core/local_backend.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+
+namespace sbx {
+
+namespace {
+// How long a new sandbox's agent may take to answer before create gives up.
+constexpr int kReadyTimeoutMs = 30'000;
+// A directory without a record younger than this may be a create in progress.
+constexpr int64_t kStrayGraceMs = 120'000;
+
+bool valid_env_key(const std::string& k) {
+  if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) return false;
+  return true;
+}
+}  // namespace
+
+std::map<std::string, std::string> base_exec_env() {
+  return {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+          {"HOME", "/root"},
+          {"LANG", "C.UTF-8"}};
+}
+
+SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTable& drivers) {
+  if (!find_driver(drivers, spec.driver))
+    throw Error(Errc::invalid_argument, "unknown driver '" + spec.driver + "'")
+        .set_hint("drivers: " + driver_names(drivers));
+  auto& l = spec.limits;
+  const auto& d = cfg.default_limits;
+  if (l.cpus == 0) l.cpus = d.cpus;
+  if (l.memory_mb == 0) l.memory_mb = d.memory_mb;
+  if (l.pids == 0) l.pids = d.pids;
+  if (l.disk_mb == 0) l.disk_mb = d.disk_mb;
+  if (l.memory_mb < 16) throw Error(Errc::invalid_argument, "memory limit below 16M cannot start a sandbox");
+  if (l.pids < 8) throw Error(Errc::invalid_argument, "pids limit below 8 cannot start a sandbox");
+  if (l.cpus < 0.01) throw Error(Errc::invalid_argument, "cpus must be at least 0.01");
+  if (l.disk_mb < 1) throw Error(Errc::invalid_argument, "disk limit must be at least 1M");
+  if (spec.idle_timeout_s == kUseDefault) spec.idle_timeout_s = cfg.default_idle_timeout_s;
+  if (spec.ttl_s == kUseDefault) spec.ttl_s = cfg.default_ttl_s;
+  if (spec.network.empty()) spec.network = cfg.default_network;
+  if (spec.network == "jail")
+    throw Error(Errc::unavailable, "network mode 'jail' is not available in this build yet")
+        .set_hint("use --network none (loopback only)");
+  if (spec.network != "none" && spec.network != "jail")
+    throw Error(Errc::invalid_argument, "unknown network mode '" + spec.network + "'").set_hint("modes: none, jail");
+  if (spec.workdir.empty()) spec.workdir = "/work";
+  if (spec.workdir.front() != '/')
+    throw Error(Errc::invalid_argument, "workdir must be an absolute path, not '" + spec.workdir + "'");
+  if (!spec.image.empty()) {
+    struct stat st {};
+    if (spec.image.front() != '/')
+      throw Error(Errc::invalid_argument, "image must be an absolute path, not '" + spec.image + "'");
+    if (::stat(spec.image.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw Error(Errc::not_found, "image directory " + spec.image + " does not exist")
+          .set_hint("build one with examples/build-debian-rootfs.sh");
+  }
+  for (auto& [k, v] : spec.env)
+    if (!valid_env_key(k)) throw Error(Errc::invalid_argument, "invalid environment variable name '" + k + "'");
+  return spec;
+}
+
+LocalBackend::LocalBackend(const Config& cfg, const DriverTable& drivers)
+    : cfg_(cfg), drivers_(drivers), registry_(cfg.state_dir, cfg.uid_base) {}
+
+std::unique_ptr<Driver> LocalBackend::driver_for(const SandboxRecord& rec) {
+  auto* info = find_driver(drivers_, rec.spec.driver);
+  if (!info)
+    throw Error(Errc::unavailable, "sandbox " + rec.id + " uses driver '" + rec.spec.driver +
+                                       "', which this build of sbx does not have");
+  return info->make(cfg_);
+}
+
+SandboxRecord LocalBackend::create(const SandboxSpec& in, const Progress& progress) {
+  SandboxSpec spec = normalize_spec(in, cfg_, drivers_);
+  SandboxRecord probe_rec;
+  probe_rec.spec = spec;
+  auto driver = driver_for(probe_rec);
+  SandboxRecord rec = registry_.create(spec);
+  std::string dir = registry_.dir(rec.id);
+  try {
+    with_context("starting sandbox " + rec.id, [&] { driver->start(rec, dir); });
+    registry_.save(rec);
+    // Ready means the agent answers, not merely that a process exists.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
+    int waited = 0;
+    for (int delay_us = 200;; delay_us = std::min(delay_us * 2, 50'000)) {
+      try {
+        AgentClient agent(driver->connect(rec, dir));
+        agent.ping();
+        break;
+      } catch (const Error& e) {
+        if (!driver->alive(rec))
+          throw Error(Errc::unavailable, "the sandbox exited while starting").add_context(e.what());
+        if (std::chrono::steady_clock::now() > deadline)
+          throw Error(Errc::timeout, "the sandbox's agent did not answer within " +
+                                         std::to_string(kReadyTimeoutMs / 1000) + " s");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      waited += delay_us;
+      if (progress && waited >= 1'000'000 && waited - delay_us < 1'000'000) progress("waiting for the sandbox to boot");
+    }
+    rec.state = SandboxState::running;
+    registry_.save(rec);
+    registry_.touch(rec.id);
+    return rec;
+  } catch (Error& e) {
+    try {
+      driver->destroy(rec, dir);
+      registry_.remove(rec.id);
+    } catch (const Error& cleanup) {
+      e.add_context("(cleanup also failed: " + std::string(cleanup.what()) + ")");
+    }
+    throw;
+  }
+}
+
+AgentClient LocalBackend::connect(SandboxRecord& rec, Driver& driver) {
+  if (rec.state != SandboxState::running)
+    throw Error(Errc::conflict, "sandbox " + rec.id + " is " + std::string(state_name(rec.state)))
+        .set_hint(rec.error.empty() ? "remove it with `sbx rm " + rec.id + "`" : rec.error);
+  try {
+    return AgentClient(driver.connect(rec, registry_.dir(rec.id)));
+  } catch (Error& e) {
+    if (!driver.alive(rec)) {
+      rec.state = SandboxState::dead;
+      rec.error = "its agent is gone";
+      registry_.save(rec);
+      throw Error(Errc::unavailable, "sandbox " + rec.id + " died (its agent is gone)")
+          .set_hint("remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes");
+    }
+    throw;
+  }
+}
+
+ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, ExecIO& io) {
+  if (in.argv.empty()) throw Error(Errc::usage, "no command given").set_hint("sbx exec ID -- CMD [ARG...]");
+  SandboxRecord rec = registry_.get(id);
+  auto driver = driver_for(rec);
+  ExecRequest req = in;
+  std::map<std::string, std::string> env = base_exec_env();
+  for (auto& [k, v] : rec.spec.env) env[k] = v;
+  for (auto& [k, v] : in.env) {
+    if (!valid_env_key(k)) throw Error(Errc::invalid_argument, "invalid environment variable name '" + k + "'");
+    env[k] = v;
+  }
+  req.env = std::move(env);
+  if (req.cwd.empty()) req.cwd = rec.spec.workdir;
+  uint64_t oom_before;
+  std::optional<AgentClient> agent;
+  {
+    // Shared lock: gc and rm (exclusive) wait until this exec is registered with the agent.
+    Fd guard = registry_.lock(rec.id, false);
+    registry_.touch(rec.id);
+    oom_before = driver->oom_kills(rec);
+    agent.emplace(connect(rec, *driver));
+  }
+  ExecResult res = agent->exec(req, io);
+  registry_.touch(rec.id);
+  if (res.signal == SIGKILL && !res.timed_out && driver->oom_kills(rec) > oom_before) res.oom_killed = true;
+  return res;
+}
+
+std::vector<SandboxRecord> LocalBackend::list() {
+  auto recs = registry_.list();
+  for (auto& r : recs) {
+    if (r.state != SandboxState::running) continue;
+    auto* info = find_driver(drivers_, r.spec.driver);
+    if (info && !info->make(cfg_)->alive(r)) {
+      r.state = SandboxState::dead;
+      r.error = "its agent is gone";
+    }
+  }
+  return recs;
+}
+
+SandboxRecord LocalBackend::get(const std::string& id) {
+  SandboxRecord r = registry_.get(id);
+  if (r.state == SandboxState::running && !driver_for(r)->alive(r)) {
+    r.state = SandboxState::dead;
+    r.error = "its agent is gone";
+  }
+  return r;
+}
+
+void LocalBackend::destroy(const SandboxRecord& rec) {
+  Fd guard = registry_.lock(rec.id, true);
+  auto* info = find_driver(drivers_, rec.spec.driver);
+  if (info) info->make(cfg_)->destroy(rec, registry_.dir(rec.id));
+  registry_.remove(rec.id);
+}
+
+void LocalBackend::remove(const std::string& id) {
+  SandboxRecord rec = registry_.get(id);
+  with_context("removing sandbox " + rec.id, [&] { destroy(rec); });
+}
+
+GcReport LocalBackend::gc(bool dry_run) {
+  GcReport report;
+  int64_t now = now_ms();
+  std::set<std::string> live;
+  auto act = [&](GcAction a, const std::function<void()>& fn) {
+    if (!dry_run) {
+      try {
+        fn();
+        a.done = true;
+      } catch (const Error& e) {
+        a.error = e.what();
+      }
+    }
+    report.actions.push_back(std::move(a));
+  };
+  for (auto& rec : registry_.list()) {
+    auto* info = find_driver(drivers_, rec.spec.driver);
+    std::string reason;
+    if (!info) {
+      live.insert(rec.id);  // another build's sandbox: not ours to judge
+      continue;
+    }
+    auto driver = info->make(cfg_);
+    bool alive = rec.state == SandboxState::running && driver->alive(rec);
+    if (rec.state == SandboxState::creating && now - rec.created_ms < kStrayGraceMs) {
+      live.insert(rec.id);
+      continue;
+    }
+    if (!alive) {
+      reason = rec.state == SandboxState::running ? "its agent is gone" : std::string(state_name(rec.state));
+    } else if (!rec.spec.persistent) {
+      uint64_t age_s = static_cast<uint64_t>(now - rec.created_ms) / 1000;
+      uint64_t idle_ms = static_cast<uint64_t>(now - std::max(rec.last_active_ms, rec.created_ms));
+      if (rec.spec.ttl_s && age_s >= rec.spec.ttl_s) {
+        reason = "past its TTL of " + format_duration_ms(rec.spec.ttl_s * 1000);
+      } else if (rec.spec.idle_timeout_s && idle_ms >= rec.spec.idle_timeout_s * 1000) {
+        // A long-running command is not idleness: ask the agent.
+        int running = 0;
+        try {
+          running = AgentClient(driver->connect(rec, registry_.dir(rec.id))).ping().value("running", 0);
+        } catch (const Error&) {
+        }
+        if (running == 0)
+          reason = "idle for " + format_duration_ms(idle_ms) + " (timeout " +
+                   format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
+      }
+    }
+    if (reason.empty()) {
+      live.insert(rec.id);
+      continue;
+    }
+    act({"sandbox", rec.id, reason, false, ""}, [&] {
+      Fd guard = registry_.lock(rec.id, true);
+      // Re-check under the lock: an exec may have begun since the listing.
+      if (alive && registry_.last_active_ms(rec.id) > rec.last_active_ms) throw Error(Errc::conflict, "used meanwhile; kept");
+      driver->destroy(rec, registry_.dir(rec.id));
+      registry_.remove(rec.id);
+    });
+  }
+  for (auto& id : registry_.stray_dirs()) {
+    struct stat st {};
+    if (::stat(registry_.dir(id).c_str(), &st) == 0 && now - int64_t{st.st_mtim.tv_sec} * 1000 < kStrayGraceMs) {
+      live.insert(id);
+      continue;
+    }
+    act({"stray_dir", registry_.dir(id), "a state directory without a record", false, ""}, [&] {
+      SandboxRecord ghost;
+      ghost.id = id;
+      for (auto& info : drivers_) info.make(cfg_)->destroy(ghost, registry_.dir(id));
+      registry_.remove(id);
+    });
+    live.insert(id);
+  }
+  for (auto& info : drivers_) {
+    auto driver = info.make(cfg_);
+    for (auto& what : driver->orphans(live))
+      act({"orphan", what, info.name + " resource with no sandbox", false, ""}, [&] { driver->reap_orphan(what); });
+  }
+  return report;
+}
+
+std::optional<FileEntry> LocalBackend::stat(const std::string& id, const std::string& path) {
+  SandboxRecord rec = registry_.get(id);
+  auto driver = driver_for(rec);
+  AgentClient agent = connect(rec, *driver);
+  try {
+    auto entries = agent.list(path, false);
+    if (entries.empty()) return std::nullopt;
+    return entries.front();
+  } catch (const Error& e) {
+    if (e.code() == Errc::not_found) return std::nullopt;
+    throw;
+  }
+}
+
+uint64_t LocalBackend::put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) {
+  SandboxRecord rec = registry_.get(id);
+  auto driver = driver_for(rec);
+  AgentClient agent = connect(rec, *driver);
+  registry_.touch(rec.id);
+  auto sink = sandbox_sink(agent, target);
+  return transfer(source, *sink, max_bytes);
+}
+
+uint64_t LocalBackend::get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) {
+  SandboxRecord rec = registry_.get(id);
+  auto driver = driver_for(rec);
+  AgentClient agent = connect(rec, *driver);
+  registry_.touch(rec.id);
+  auto source = sandbox_source(agent, path);
+  return transfer(*source, sink, max_bytes);
+}
+
+}  // namespace sbx

@@ -1,0 +1,52 @@
+// Sandboxes on this host: the registry plus the drivers of the driver table.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/backend.hpp"
+#include "core/config.hpp"
+#include "core/driver.hpp"
+#include "core/registry.hpp"
+
+namespace sbx {
+
+class LocalBackend : public Backend {
+ public:
+  LocalBackend(const Config& cfg, const DriverTable& drivers);
+
+  std::string where() const override { return "local"; }
+  SandboxRecord create(const SandboxSpec& spec, const Progress& progress) override;
+  ExecResult exec(const std::string& id, const ExecRequest& req, ExecIO& io) override;
+  std::vector<SandboxRecord> list() override;
+  SandboxRecord get(const std::string& id) override;
+  void remove(const std::string& id) override;
+  GcReport gc(bool dry_run) override;
+  std::optional<FileEntry> stat(const std::string& id, const std::string& path) override;
+  uint64_t put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) override;
+  uint64_t get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) override;
+
+  /// The registry, for callers that inspect state directly (tests, doctor).
+  Registry& registry() { return registry_; }
+
+ private:
+  /// The driver a record was created with.
+  std::unique_ptr<Driver> driver_for(const SandboxRecord& rec);
+  /// A running sandbox's record and an agent connection, or a clear error.
+  AgentClient connect(SandboxRecord& rec, Driver& driver);
+  /// Tears down one sandbox under its exclusive lock.
+  void destroy(const SandboxRecord& rec);
+
+  Config cfg_;
+  const DriverTable& drivers_;
+  Registry registry_;
+};
+
+/// Fills a spec's unset fields from the configuration and validates it:
+/// known driver, limits in range, network mode, absolute workdir, image directory.
+SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTable& drivers);
+
+/// The environment every exec starts from (PATH, HOME, ...), before the sandbox's and the request's.
+std::map<std::string, std::string> base_exec_env();
+
+}  // namespace sbx

@@ -1,0 +1,54 @@
+// The registry of sandboxes: one directory per sandbox under the state root,
+// holding its record (written atomically) and whatever its driver keeps there.
+// Several sbx processes (CLI calls, sbx serve, gc) use it at once: creation
+// takes a lock on the root, updates of one sandbox a lock on that sandbox.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/fd.hpp"
+#include "core/spec.hpp"
+
+namespace sbx {
+
+class Registry {
+ public:
+  /// Opens (creating if needed) the state root; throws with a hint when it is not writable.
+  explicit Registry(std::string root, uint32_t uid_base = 1u << 30);
+
+  const std::string& root() const { return root_; }
+  /// The private directory of a sandbox.
+  std::string dir(const std::string& id) const;
+
+  /// Allocates a new id and uid range, creates its directory and saves the
+  /// record in state "creating". Safe against concurrent creators.
+  SandboxRecord create(const SandboxSpec& spec);
+  /// Saves a record atomically (readers see the old or the new one).
+  void save(const SandboxRecord& rec);
+  /// The record of id, or nullopt. An id prefix that names exactly one sandbox also works.
+  std::optional<SandboxRecord> find(const std::string& id_or_prefix) const;
+  /// Like find, but throws not_found with a hint.
+  SandboxRecord get(const std::string& id_or_prefix) const;
+  /// Every readable record, oldest first.
+  std::vector<SandboxRecord> list() const;
+  /// Directories under the root that hold no readable record (crashed creations).
+  std::vector<std::string> stray_dirs() const;
+  /// Deletes a sandbox's directory (after its driver freed everything else).
+  void remove(const std::string& id);
+  /// Takes the per-sandbox lock (held while the returned Fd lives): shared for
+  /// users of a sandbox (exec, cp), exclusive for whoever destroys it.
+  Fd lock(const std::string& id, bool exclusive = true) const;
+  /// Marks the sandbox as used now (cheap: one utimensat, no record rewrite).
+  void touch(const std::string& id) const;
+  /// When the sandbox was last used, ms since the epoch (0 if never).
+  int64_t last_active_ms(const std::string& id) const;
+
+ private:
+  std::string root_;
+  std::string sandboxes_;
+  uint32_t uid_base_;
+};
+
+}  // namespace sbx

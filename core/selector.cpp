@@ -1,0 +1,67 @@
+#include "core/selector.hpp"
+
+#include "core/error.hpp"
+
+namespace sbx {
+
+Selection select_backend(const Config& cfg, const DriverTable& drivers, const HealthCheck& health) {
+  Selection s = explain_selection(cfg, drivers, health);
+  if (s.failure) throw *s.failure;
+  return s;
+}
+
+Selection explain_selection(const Config& cfg, const DriverTable& drivers, const HealthCheck& health) {
+  Selection s;
+  if (!cfg.driver_override.empty()) {
+    if (!find_driver(drivers, cfg.driver_override)) {
+      s.failure = Error(Errc::invalid_argument, "unknown driver '" + cfg.driver_override + "'");
+      s.failure->set_hint("drivers: " + driver_names(drivers));
+      return s;
+    }
+    s.driver = cfg.driver_override;
+    s.steps.push_back("--driver " + s.driver + " given: the fallback chain is skipped");
+    return s;
+  }
+  if (!cfg.use_remote) {
+    s.steps.push_back("USE_REMOTE_SANDBOX is false: the remote manager is not used");
+  } else if (cfg.manager_url.empty()) {
+    s.fell_back = true;
+    s.fallback_reason = "SANDBOX_MANAGER_URL is not set";
+    s.steps.push_back("USE_REMOTE_SANDBOX is true but SANDBOX_MANAGER_URL is not set: falling back");
+  } else if (!find_driver(drivers, "remote")) {
+    s.fell_back = true;
+    s.fallback_reason = "this build of sbx has no remote driver";
+    s.steps.push_back("manager " + cfg.manager_url + " configured, but " + s.fallback_reason + ": falling back");
+  } else {
+    auto problem = health ? health(cfg.manager_url) : std::optional<std::string>("no health check available");
+    if (!problem) {
+      s.driver = "remote";
+      s.steps.push_back("manager " + cfg.manager_url + " is healthy: using it (" + cfg.remote_backend + ")");
+      return s;
+    }
+    s.fell_back = true;
+    s.fallback_reason = "manager " + cfg.manager_url + " is unhealthy: " + *problem;
+    s.steps.push_back(s.fallback_reason + ": falling back");
+  }
+  if (cfg.local_backend == "none") {
+    s.steps.push_back("LOCAL_SANDBOX_BACKEND is none: failing closed");
+    std::string why = s.fell_back ? s.fallback_reason : "USE_REMOTE_SANDBOX is false";
+    s.failure = Error(Errc::unavailable, "no sandbox backend: " + why + ", and LOCAL_SANDBOX_BACKEND=none forbids local execution");
+    s.failure->set_hint(cfg.manager_url.empty() ? "set SANDBOX_MANAGER_URL to a running sbx serve, or choose a local backend"
+                                                : "start or fix the manager at " + cfg.manager_url +
+                                                      ", or set LOCAL_SANDBOX_BACKEND to deno or subprocess");
+    return s;
+  }
+  if (!find_driver(drivers, cfg.local_backend)) {
+    s.steps.push_back("LOCAL_SANDBOX_BACKEND is " + cfg.local_backend + ", which this build does not have");
+    s.failure = Error(Errc::unavailable, "the local backend '" + cfg.local_backend + "' is not available in this build of sbx");
+    s.failure->set_hint("set LOCAL_SANDBOX_BACKEND=subprocess or pass --driver subprocess (drivers: " +
+                        driver_names(drivers) + ")");
+    return s;
+  }
+  s.driver = cfg.local_backend;
+  s.steps.push_back("LOCAL_SANDBOX_BACKEND is " + s.driver + ": using the local " + s.driver + " driver");
+  return s;
+}
+
+}  // namespace sbx

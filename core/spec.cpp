@@ -1,0 +1,168 @@
+#include "core/spec.hpp"
+
+#include <sys/random.h>
+
+#include <chrono>
+#include <set>
+
+#include "core/error.hpp"
+
+namespace sbx {
+
+using nlohmann::json;
+
+std::string_view state_name(SandboxState s) {
+  switch (s) {
+    case SandboxState::creating: return "creating";
+    case SandboxState::running: return "running";
+    case SandboxState::dead: return "dead";
+    case SandboxState::failed: return "failed";
+  }
+  return "failed";
+}
+
+SandboxState parse_state(std::string_view s) {
+  if (s == "creating") return SandboxState::creating;
+  if (s == "running") return SandboxState::running;
+  if (s == "dead") return SandboxState::dead;
+  if (s == "failed") return SandboxState::failed;
+  throw Error(Errc::invalid_argument, "unknown sandbox state '" + std::string(s) + "'")
+      .set_hint("states are creating, running, dead, failed");
+}
+
+void reject_unknown_fields(const json& j, std::initializer_list<const char*> allowed, std::string_view what) {
+  if (!j.is_object()) throw Error(Errc::invalid_argument, std::string(what) + " must be a JSON object");
+  std::set<std::string_view> ok(allowed.begin(), allowed.end());
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!ok.count(it.key())) {
+      std::string list;
+      for (auto* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      throw Error(Errc::invalid_argument, "unknown field '" + it.key() + "' in " + std::string(what))
+          .set_hint("accepted fields: " + list);
+    }
+  }
+}
+
+namespace {
+// Reads an optional field with a type check whose error names the field.
+template <class T>
+void opt(const json& j, const char* key, T& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  try {
+    out = it->get<T>();
+  } catch (const json::exception&) {
+    throw Error(Errc::invalid_argument, std::string("field '") + key + "' has the wrong type");
+  }
+}
+}  // namespace
+
+void to_json(json& j, const Limits& l) {
+  j = json{{"cpus", l.cpus}, {"memory_mb", l.memory_mb}, {"pids", l.pids}, {"disk_mb", l.disk_mb}};
+}
+void from_json(const json& j, Limits& l) {
+  reject_unknown_fields(j, {"cpus", "memory_mb", "pids", "disk_mb"}, "limits");
+  opt(j, "cpus", l.cpus);
+  opt(j, "memory_mb", l.memory_mb);
+  opt(j, "pids", l.pids);
+  opt(j, "disk_mb", l.disk_mb);
+  if (l.cpus < 0) throw Error(Errc::invalid_argument, "limits.cpus must not be negative");
+}
+
+void to_json(json& j, const SandboxSpec& s) {
+  j = json{{"driver", s.driver},           {"image", s.image},
+           {"limits", s.limits},           {"network", s.network},
+           {"idle_timeout_s", s.idle_timeout_s}, {"ttl_s", s.ttl_s},
+           {"persistent", s.persistent},   {"env", s.env},
+           {"labels", s.labels},           {"workdir", s.workdir}};
+}
+void from_json(const json& j, SandboxSpec& s) {
+  reject_unknown_fields(j, {"driver", "image", "limits", "network", "idle_timeout_s", "ttl_s", "persistent",
+                            "env", "labels", "workdir"},
+                        "sandbox spec");
+  opt(j, "driver", s.driver);
+  opt(j, "image", s.image);
+  if (j.contains("limits") && !j["limits"].is_null()) s.limits = j["limits"].get<Limits>();
+  opt(j, "network", s.network);
+  opt(j, "idle_timeout_s", s.idle_timeout_s);
+  opt(j, "ttl_s", s.ttl_s);
+  opt(j, "persistent", s.persistent);
+  opt(j, "env", s.env);
+  opt(j, "labels", s.labels);
+  opt(j, "workdir", s.workdir);
+}
+
+void to_json(json& j, const SandboxRecord& r) {
+  j = json{{"id", r.id},
+           {"spec", r.spec},
+           {"state", state_name(r.state)},
+           {"created_ms", r.created_ms},
+           {"last_active_ms", r.last_active_ms},
+           {"agent_pid", r.agent_pid},
+           {"agent_start", r.agent_start},
+           {"uid_base", r.uid_base},
+           {"slot", r.slot},
+           {"error", r.error},
+           {"driver_data", r.driver_data}};
+}
+void from_json(const json& j, SandboxRecord& r) {
+  r.id = j.at("id").get<std::string>();
+  r.spec = j.at("spec").get<SandboxSpec>();
+  r.state = parse_state(j.at("state").get<std::string>());
+  opt(j, "created_ms", r.created_ms);
+  opt(j, "last_active_ms", r.last_active_ms);
+  opt(j, "agent_pid", r.agent_pid);
+  opt(j, "agent_start", r.agent_start);
+  opt(j, "uid_base", r.uid_base);
+  opt(j, "slot", r.slot);
+  opt(j, "error", r.error);
+  if (j.contains("driver_data")) r.driver_data = j["driver_data"];
+}
+
+void to_json(json& j, const ExecRequest& r) {
+  j = json{{"cmd", r.argv}, {"env", r.env}, {"cwd", r.cwd}, {"timeout_ms", r.timeout_ms}, {"stdin", r.stdin_open}};
+}
+void from_json(const json& j, ExecRequest& r) {
+  reject_unknown_fields(j, {"cmd", "env", "cwd", "timeout_ms", "stdin"}, "exec request");
+  opt(j, "cmd", r.argv);
+  opt(j, "env", r.env);
+  opt(j, "cwd", r.cwd);
+  opt(j, "timeout_ms", r.timeout_ms);
+  opt(j, "stdin", r.stdin_open);
+}
+
+void to_json(json& j, const ExecResult& r) {
+  j = json{{"exit_code", r.exit_code}, {"signal", r.signal},         {"timed_out", r.timed_out},
+           {"oom_killed", r.oom_killed}, {"duration_ms", r.duration_ms}};
+}
+void from_json(const json& j, ExecResult& r) {
+  opt(j, "exit_code", r.exit_code);
+  opt(j, "signal", r.signal);
+  opt(j, "timed_out", r.timed_out);
+  opt(j, "oom_killed", r.oom_killed);
+  opt(j, "duration_ms", r.duration_ms);
+}
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string new_sandbox_id() {
+  static constexpr char alphabet[] = "abcdefghijklmnopqrstuvwxyz234567";
+  unsigned char raw[12];
+  if (::getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw))
+    throw Error(Errc::internal, "getrandom failed");
+  std::string id = "sbx_";
+  for (unsigned char c : raw) id += alphabet[c & 31];
+  return id;
+}
+
+bool valid_sandbox_id(std::string_view s) {
+  if (s.size() != 16 || s.substr(0, 4) != "sbx_") return false;
+  for (char c : s.substr(4))
+    if (!((c >= 'a' && c <= 'z') || (c >= '2' && c <= '7'))) return false;
+  return true;
+}
+
+}  // namespace sbx

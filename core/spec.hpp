@@ -1,0 +1,101 @@
+// What a sandbox is asked to be (SandboxSpec), what it is (SandboxRecord),
+// and what running a command in it means (ExecRequest / ExecResult).
+// The JSON forms are the HTTP API's and the registry's on-disk format.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sbx {
+
+/// Resource caps; 0 means "no limit" (or the config default when resolving).
+struct Limits {
+  double cpus = 0;           ///< CPU share in cores (1.5 = one and a half cores)
+  uint64_t memory_mb = 0;    ///< memory cap, MiB
+  uint64_t pids = 0;         ///< maximum number of tasks
+  uint64_t disk_mb = 0;      ///< size cap of the writable layer, MiB
+};
+
+/// For idle_timeout_s and ttl_s: not given, take the configured default.
+inline constexpr uint64_t kUseDefault = UINT64_MAX;
+
+/// The caller's request for a new sandbox.
+struct SandboxSpec {
+  std::string driver;                       ///< resolved driver name
+  std::string image;                        ///< directory used as read-only base; empty = host view
+  Limits limits;
+  std::string network = "none";             ///< "none" or "jail"
+  uint64_t idle_timeout_s = kUseDefault;    ///< gc after this long without an exec; 0 = never
+  uint64_t ttl_s = kUseDefault;             ///< gc this long after creation; 0 = never
+  bool persistent = false;                  ///< never collected by idle/TTL gc
+  std::map<std::string, std::string> env;   ///< default environment of every exec
+  std::map<std::string, std::string> labels;
+  std::string workdir = "/work";            ///< default cwd of every exec, created at start
+};
+
+enum class SandboxState { creating, running, dead, failed };
+std::string_view state_name(SandboxState s);
+SandboxState parse_state(std::string_view s);
+
+/// A sandbox as the registry knows it.
+struct SandboxRecord {
+  std::string id;                ///< "sbx_" + 12 lowercase base32 characters
+  SandboxSpec spec;
+  SandboxState state = SandboxState::creating;
+  int64_t created_ms = 0;        ///< wall clock, ms since the epoch
+  int64_t last_active_ms = 0;    ///< last exec start or end (filled from the activity stamp)
+  pid_t agent_pid = 0;           ///< host pid of the sandbox's init (the agent)
+  uint64_t agent_start = 0;      ///< its start time in clock ticks, so a reused pid is not mistaken for it
+  uint32_t uid_base = 0;         ///< first host uid/gid of the sandbox's id range
+  uint32_t slot = 0;             ///< index of that range
+  std::string error;             ///< why it failed or died
+  nlohmann::json driver_data = nlohmann::json::object();  ///< driver-private fields
+};
+
+/// One command to run in a sandbox.
+struct ExecRequest {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  ///< merged over the sandbox's env
+  std::string cwd;                          ///< empty = the sandbox's workdir
+  uint64_t timeout_ms = 0;                  ///< 0 = none
+  bool stdin_open = false;                  ///< caller will stream stdin
+};
+
+/// How a command ended.
+struct ExecResult {
+  int exit_code = 0;          ///< the command's status; 128+N when killed by signal N
+  int signal = 0;             ///< the killing signal, or 0
+  bool timed_out = false;
+  bool oom_killed = false;
+  uint64_t duration_ms = 0;
+};
+
+void to_json(nlohmann::json& j, const Limits& l);
+void from_json(const nlohmann::json& j, Limits& l);
+void to_json(nlohmann::json& j, const SandboxSpec& s);
+void from_json(const nlohmann::json& j, SandboxSpec& s);
+void to_json(nlohmann::json& j, const SandboxRecord& r);
+void from_json(const nlohmann::json& j, SandboxRecord& r);
+void to_json(nlohmann::json& j, const ExecRequest& r);
+void from_json(const nlohmann::json& j, ExecRequest& r);
+void to_json(nlohmann::json& j, const ExecResult& r);
+void from_json(const nlohmann::json& j, ExecResult& r);
+
+/// Throws invalid_argument for keys of `j` not in `allowed`, so a typo never becomes a default.
+void reject_unknown_fields(const nlohmann::json& j, std::initializer_list<const char*> allowed,
+                           std::string_view what);
+
+/// Milliseconds since the epoch, wall clock.
+int64_t now_ms();
+/// A fresh random sandbox id.
+std::string new_sandbox_id();
+/// Whether s has the shape of a sandbox id (no path tricks possible).
+bool valid_sandbox_id(std::string_view s);
+
+}  // namespace sbx
