@@ -146,7 +146,8 @@ std::vector<FileEntry> AgentClient::list(const std::string& path, bool recursive
     if (f.type == proto::Type::error) throw_remote(f);
     if (f.type == proto::Type::end) return out;
     if (f.type != proto::Type::entries) throw Error(Errc::protocol, "unexpected frame from the agent during list");
-    for (auto& e : f.json().at("entries")) out.push_back(e.get<FileEntry>());
+    json body = f.json();  // kept alive: a range-for over a temporary's member dangles
+    for (auto& e : body.at("entries")) out.push_back(e.get<FileEntry>());
   }
 }
 
