@@ -7,7 +7,10 @@ namespace sbx::agent {
 
 /// Drops every capability for good and sets no_new_privs. Returns 0 or an errno.
 int drop_privileges();
-/// Loads the seccomp filter (libseccomp). Returns 0 or an errno.
+/// Compiles the seccomp filter (libseccomp) once, before any fork. Returns 0 or an errno.
+int prepare_seccomp_filter();
+/// Installs the compiled filter on the calling process: one prctl, safe
+/// between fork and exec. Returns 0 or an errno.
 int load_seccomp_filter();
 
 }  // namespace sbx::agent

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "agent/confine.hpp"
 #include "agent/server.hpp"
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
@@ -75,6 +76,12 @@ int main(int argc, char** argv) {
   // agent or read its memory through /proc.
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   ::umask(022);
+  if (opts.confine) {
+    if (int e = sbx::agent::prepare_seccomp_filter()) {
+      std::fprintf(stderr, "sbx-agent: cannot build the seccomp filter: %s\n", std::strerror(e));
+      return 1;
+    }
+  }
   try {
     return sbx::agent::serve(opts);
   } catch (const sbx::Error& e) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "core/lazy_libs.hpp"
 #include "core/units.hpp"
 
 namespace sbx {
@@ -48,9 +49,11 @@ std::string resolve_cp_target(const std::string& dest, const DestInfo& info, con
 
 namespace {
 
+const ArchiveApi& la() { return archive_api(); }
+
 [[noreturn]] void archive_fail(archive* a, const std::string& what) {
-  const char* msg = archive_error_string(a);
-  int err = archive_errno(a);
+  const char* msg = la().archive_error_string(a);
+  int err = la().archive_errno(a);
   throw Error(err == ENOSPC ? Errc::limit_exceeded : Errc::io, what + ": " + (msg ? msg : "unknown error"));
 }
 
@@ -67,27 +70,27 @@ class ArchiveSource : public EntrySource {
  public:
   ArchiveSource(archive* a, bool disk, std::string prefix) : a_(a), disk_(disk), prefix_(std::move(prefix)) {}
   ~ArchiveSource() override {
-    if (disk_) archive_read_free(a_);
-    else archive_read_free(a_);
+    if (disk_) la().archive_read_free(a_);
+    else la().archive_read_free(a_);
   }
   bool next(FileEntry& e) override {
     for (;;) {
       archive_entry* ent = nullptr;
-      int r = archive_read_next_header(a_, &ent);
+      int r = la().archive_read_next_header(a_, &ent);
       if (r == ARCHIVE_EOF) return false;
       if (r < ARCHIVE_WARN) archive_fail(a_, "reading the source");
-      if (disk_ && archive_read_disk_can_descend(a_)) archive_read_disk_descend(a_);
-      std::string name = archive_entry_pathname(ent) ? archive_entry_pathname(ent) : "";
+      if (disk_ && la().archive_read_disk_can_descend(a_)) la().archive_read_disk_descend(a_);
+      std::string name = la().archive_entry_pathname(ent) ? la().archive_entry_pathname(ent) : "";
       std::string rel = relative(name);
       if (rel == "\x01") continue;  // the tar's "./" itself
       e = FileEntry{};
       e.path = rel;
-      e.type = type_name(archive_entry_filetype(ent));
-      e.mode = archive_entry_perm(ent) & 07777;
-      e.size = archive_entry_size_is_set(ent) ? static_cast<uint64_t>(archive_entry_size(ent)) : 0;
-      e.mtime = archive_entry_mtime(ent);
-      if (e.type == "symlink" && archive_entry_symlink(ent)) e.target = archive_entry_symlink(ent);
-      if (const char* hl = archive_entry_hardlink(ent)) {
+      e.type = type_name(la().archive_entry_filetype(ent));
+      e.mode = la().archive_entry_perm(ent) & 07777;
+      e.size = la().archive_entry_size_is_set(ent) ? static_cast<uint64_t>(la().archive_entry_size(ent)) : 0;
+      e.mtime = la().archive_entry_mtime(ent);
+      if (e.type == "symlink" && la().archive_entry_symlink(ent)) e.target = la().archive_entry_symlink(ent);
+      if (const char* hl = la().archive_entry_hardlink(ent)) {
         // Hard links inside a tar become independent copies would need the data twice; refuse clearly.
         throw Error(Errc::invalid_argument, "tar entry " + name + " is a hard link to " + hl)
             .set_hint("hard links are not supported by sbx cp; archive with --hard-dereference");
@@ -100,7 +103,7 @@ class ArchiveSource : public EntrySource {
   }
   bool read(std::string& chunk) override {
     chunk.resize(64 * 1024);
-    la_ssize_t n = archive_read_data(a_, chunk.data(), chunk.size());
+    la_ssize_t n = la().archive_read_data(a_, chunk.data(), chunk.size());
     if (n < 0) archive_fail(a_, "reading file content");
     chunk.resize(static_cast<size_t>(n));
     return n > 0;
@@ -168,21 +171,21 @@ class SandboxSource : public EntrySource {
 class ArchiveWriterSink : public EntrySink {
  public:
   ArchiveWriterSink(archive* a, bool disk, std::string root) : a_(a), disk_(disk), root_(std::move(root)) {}
-  ~ArchiveWriterSink() override { archive_write_free(a_); }
+  ~ArchiveWriterSink() override { la().archive_write_free(a_); }
   void put(const FileEntry& e, const std::function<bool(std::string&)>& content) override {
     if (!safe_relative_path(e.path)) throw Error(Errc::invalid_argument, "refusing unsafe entry name '" + e.path + "'");
-    archive_entry* ent = archive_entry_new();
+    archive_entry* ent = la().archive_entry_new();
     std::string name = e.path.empty() ? root_ : root_ + "/" + e.path;
-    archive_entry_set_pathname(ent, name.c_str());
+    la().archive_entry_set_pathname(ent, name.c_str());
     mode_t type = e.type == "dir" ? AE_IFDIR : e.type == "symlink" ? AE_IFLNK : AE_IFREG;
-    archive_entry_set_filetype(ent, type);
+    la().archive_entry_set_filetype(ent, type);
     // Set-id bits from a sandbox never reach the host.
-    archive_entry_set_perm(ent, e.mode & (disk_ ? 01777u : 07777u));
-    archive_entry_set_mtime(ent, e.mtime, 0);
-    if (type == AE_IFLNK) archive_entry_set_symlink(ent, e.target.c_str());
-    if (type == AE_IFREG) archive_entry_set_size(ent, static_cast<la_int64_t>(e.size));
-    int r = archive_write_header(a_, ent);
-    archive_entry_free(ent);
+    la().archive_entry_set_perm(ent, e.mode & (disk_ ? 01777u : 07777u));
+    la().archive_entry_set_mtime(ent, e.mtime, 0);
+    if (type == AE_IFLNK) la().archive_entry_set_symlink(ent, e.target.c_str());
+    if (type == AE_IFREG) la().archive_entry_set_size(ent, static_cast<la_int64_t>(e.size));
+    int r = la().archive_write_header(a_, ent);
+    la().archive_entry_free(ent);
     if (r < ARCHIVE_WARN) archive_fail(a_, "writing " + name);
     if (type == AE_IFREG) {
       std::string chunk;
@@ -190,16 +193,16 @@ class ArchiveWriterSink : public EntrySink {
       while (content && content(chunk)) {
         if (written + chunk.size() > e.size)
           throw Error(Errc::io, "file " + name + " grew while it was copied");
-        if (archive_write_data(a_, chunk.data(), chunk.size()) < 0) archive_fail(a_, "writing " + name);
+        if (la().archive_write_data(a_, chunk.data(), chunk.size()) < 0) archive_fail(a_, "writing " + name);
         written += chunk.size();
         chunk.clear();
       }
       if (written != e.size && !disk_) throw Error(Errc::io, "file " + name + " shrank while it was copied");
     }
-    if (archive_write_finish_entry(a_) < ARCHIVE_WARN) archive_fail(a_, "finishing " + name);
+    if (la().archive_write_finish_entry(a_) < ARCHIVE_WARN) archive_fail(a_, "finishing " + name);
   }
   void close() override {
-    if (archive_write_close(a_) != ARCHIVE_OK) archive_fail(a_, "finishing the copy");
+    if (la().archive_write_close(a_) != ARCHIVE_OK) archive_fail(a_, "finishing the copy");
   }
 
  private:
@@ -227,27 +230,27 @@ class SandboxSink : public EntrySink {
 std::unique_ptr<EntrySource> host_path_source(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) throw sys_error("cannot read " + path, errno);
-  archive* a = archive_read_disk_new();
-  archive_read_disk_set_symlink_physical(a);
-  archive_read_disk_set_standard_lookup(a);
+  archive* a = la().archive_read_disk_new();
+  la().archive_read_disk_set_symlink_physical(a);
+  la().archive_read_disk_set_standard_lookup(a);
   std::string clean = path;
   while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
   if (clean.size() > 2 && clean.substr(clean.size() - 2) == "/.") clean.resize(clean.size() - 2);
-  if (archive_read_disk_open(a, clean.c_str()) != ARCHIVE_OK) {
-    std::string msg = archive_error_string(a) ? archive_error_string(a) : "cannot open";
-    archive_read_free(a);
+  if (la().archive_read_disk_open(a, clean.c_str()) != ARCHIVE_OK) {
+    std::string msg = la().archive_error_string(a) ? la().archive_error_string(a) : "cannot open";
+    la().archive_read_free(a);
     throw Error(Errc::io, "cannot read " + path + ": " + msg);
   }
   return std::make_unique<ArchiveSource>(a, true, clean);
 }
 
 std::unique_ptr<EntrySource> tar_source(int fd) {
-  archive* a = archive_read_new();
-  archive_read_support_format_all(a);
-  archive_read_support_filter_all(a);
-  if (archive_read_open_fd(a, fd, 64 * 1024) != ARCHIVE_OK) {
-    std::string msg = archive_error_string(a) ? archive_error_string(a) : "not a tar stream";
-    archive_read_free(a);
+  archive* a = la().archive_read_new();
+  la().archive_read_support_format_all(a);
+  la().archive_read_support_filter_all(a);
+  if (la().archive_read_open_fd(a, fd, 64 * 1024) != ARCHIVE_OK) {
+    std::string msg = la().archive_error_string(a) ? la().archive_error_string(a) : "not a tar stream";
+    la().archive_read_free(a);
     throw Error(Errc::invalid_argument, "cannot read the tar stream: " + msg);
   }
   return std::make_unique<ArchiveSource>(a, false, "");
@@ -268,19 +271,19 @@ std::unique_ptr<EntrySink> host_path_sink(const std::string& target) {
   char real[PATH_MAX];
   if (!::realpath(parent.c_str(), real)) throw sys_error("destination directory " + parent, errno);
   std::string root = std::string(real) + (std::string(real) == "/" ? "" : "/") + name;
-  archive* a = archive_write_disk_new();
-  archive_write_disk_set_options(a, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+  archive* a = la().archive_write_disk_new();
+  la().archive_write_disk_set_options(a, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
                                         ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK);
-  archive_write_disk_set_standard_lookup(a);
+  la().archive_write_disk_set_standard_lookup(a);
   return std::make_unique<ArchiveWriterSink>(a, true, root);
 }
 
 std::unique_ptr<EntrySink> tar_sink(int fd, const std::string& root_name) {
-  archive* a = archive_write_new();
-  archive_write_set_format_pax_restricted(a);
-  archive_write_set_bytes_in_last_block(a, 1);
-  if (archive_write_open_fd(a, fd) != ARCHIVE_OK) {
-    archive_write_free(a);
+  archive* a = la().archive_write_new();
+  la().archive_write_set_format_pax_restricted(a);
+  la().archive_write_set_bytes_in_last_block(a, 1);
+  if (la().archive_write_open_fd(a, fd) != ARCHIVE_OK) {
+    la().archive_write_free(a);
     throw Error(Errc::io, "cannot write the tar stream");
   }
   return std::make_unique<ArchiveWriterSink>(a, false, root_name.empty() ? "." : root_name);

@@ -68,7 +68,7 @@ bool read_exact(int fd, void* buf, size_t n) {
   return true;
 }
 
-void write_file_atomic(const std::string& path, std::string_view data, unsigned mode) {
+void write_file_atomic(const std::string& path, std::string_view data, unsigned mode, Durability durability) {
   auto slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -77,7 +77,7 @@ void write_file_atomic(const std::string& path, std::string_view data, unsigned 
   if (!fd) throw sys_error("cannot create " + tmp, errno);
   try {
     write_all(fd.get(), data);
-    if (::fsync(fd.get()) != 0) throw sys_error("cannot sync " + tmp, errno);
+    if (durability == Durability::survive_crash && ::fsync(fd.get()) != 0) throw sys_error("cannot sync " + tmp, errno);
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
@@ -88,8 +88,10 @@ void write_file_atomic(const std::string& path, std::string_view data, unsigned 
     ::unlink(tmp.c_str());
     throw sys_error("cannot rename " + tmp + " to " + path, e);
   }
-  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (d) ::fsync(d.get());
+  if (durability == Durability::survive_crash) {
+    Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (d) ::fsync(d.get());
+  }
 }
 
 void write_knob(const std::string& path, std::string_view value) {

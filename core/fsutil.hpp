@@ -14,9 +14,15 @@ namespace sbx {
 std::string read_file(const std::string& path);
 /// Reads a whole file, or nullopt when it does not exist.
 std::optional<std::string> read_file_if_exists(const std::string& path);
-/// Writes a file so that readers see the old or the new content, never a part:
-/// temp file in the same directory, fsync, rename, fsync of the directory.
-void write_file_atomic(const std::string& path, std::string_view data, unsigned mode = 0644);
+/// How hard write_file_atomic works to survive a power cut.
+enum class Durability {
+  survive_crash,    ///< fsync the file and its directory: survives a power cut
+  survive_process,  ///< rename only: readers and a restarted process see old or new, never a part
+};
+/// Writes a file so that readers see the old or the new content, never a
+/// part: a temp file in the same directory renamed over the target.
+void write_file_atomic(const std::string& path, std::string_view data, unsigned mode = 0644,
+                       Durability durability = Durability::survive_crash);
 /// Writes to an existing file such as a cgroup or /proc knob (no truncation games).
 void write_knob(const std::string& path, std::string_view value);
 /// mkdir -p with the given mode for the directories it creates.

@@ -64,7 +64,10 @@ SandboxRecord Registry::create(const SandboxSpec& spec) {
 
 void Registry::save(const SandboxRecord& rec) {
   nlohmann::json j = rec;
-  write_file_atomic(dir(rec.id) + "/" + kRecord, j.dump(2) + "\n", 0600);
+  // No fsync: a sandbox does not outlive its host, so a record only has to
+  // survive its writer's death (rename does that). After a power cut a torn
+  // record is an unreadable one, which gc reaps as a stray directory.
+  write_file_atomic(dir(rec.id) + "/" + kRecord, j.dump(2) + "\n", 0600, Durability::survive_process);
 }
 
 std::optional<SandboxRecord> Registry::find(const std::string& id_or_prefix) const {
@@ -129,7 +132,7 @@ std::vector<std::string> Registry::stray_dirs() const {
   while (auto* e = ::readdir(d)) {
     std::string name = e->d_name;
     if (!valid_sandbox_id(name)) continue;
-    if (!path_exists(dir(name) + "/" + kRecord)) out.push_back(name);
+    if (!find(name)) out.push_back(name);  // no record, or one torn beyond reading
   }
   ::closedir(d);
   return out;

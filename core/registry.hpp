@@ -33,7 +33,7 @@ class Registry {
   SandboxRecord get(const std::string& id_or_prefix) const;
   /// Every readable record, oldest first.
   std::vector<SandboxRecord> list() const;
-  /// Directories under the root that hold no readable record (crashed creations).
+  /// Directories under the root that hold no readable record (crashed creations, torn records).
   std::vector<std::string> stray_dirs() const;
   /// Deletes a sandbox's directory (after its driver freed everything else).
   void remove(const std::string& id);

@@ -181,7 +181,8 @@ void Group::destroy() const {
     if (removed_all) return;
     if (steady_clock::now() > deadline)
       throw Error(Errc::io, "cgroup sbx/" + name_ + " still has processes after 5 s of SIGKILL");
-    std::this_thread::sleep_for(milliseconds(ps.empty() ? 2 : 10));
+    // Exiting tasks leave the group within microseconds to a few milliseconds.
+    std::this_thread::sleep_for(microseconds(ps.empty() ? 200 : 2000));
   }
 }
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Side by side, in one run:
+#   one-shot  `sbx exec --rm -- /bin/true`   vs  bwrap with all namespaces  (target: <= 0.5x)
+#   warm      `sbx exec ID -- /bin/true`     vs  `crun exec` into a running container (target: <= 0.25x)
+# Prints each mean and the ratios. Needs root; installs bubblewrap, crun,
+# hyperfine and busybox-static from Debian if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SBX=${SBX_BIN:-$PWD/build/sbx}
+RUNS=${RUNS:-200}
+for p in bubblewrap crun hyperfine busybox-static; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null; }
+done
+[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
+state="$work/state"
+cleanup() {
+  "$SBX" --state-dir "$state" rm --all >/dev/null 2>&1 || true
+  unshare -m sh -c "umount /sys/fs/cgroup/unified 2>/dev/null; crun kill bench-$$ KILL; crun delete -f bench-$$" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+mean() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"])' "$1"; }
+run() { # name json command
+  hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$2" "$3" >/dev/null
+  printf '%-34s %8.2f ms\n' "$1" "$(python3 -c "print($(mean "$2")*1000)")"
+}
+
+echo "== one-shot: a new sandbox, /bin/true, removed ($RUNS runs)"
+run "sbx exec --rm (subprocess)" "$work/oneshot-sbx.json" \
+  "$SBX --state-dir $state exec --rm --driver subprocess -- /bin/true"
+run "bwrap --unshare-all" "$work/oneshot-bwrap.json" \
+  "bwrap --unshare-all --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp /bin/true"
+
+echo "== warm exec into a running sandbox/container ($RUNS runs)"
+id=$("$SBX" --state-dir "$state" create --driver subprocess)
+run "sbx exec ID (subprocess)" "$work/warm-sbx.json" "$SBX --state-dir $state exec $id -- /bin/true"
+
+# crun: a busybox rootfs; crun does not cope with this host's hybrid cgroup
+# layout, so it runs in a mount namespace with the v2 mount hidden.
+bundle="$work/bundle"
+mkdir -p "$bundle/rootfs/bin"
+cp /bin/busybox "$bundle/rootfs/bin/"
+for c in sh true sleep; do ln -s busybox "$bundle/rootfs/bin/$c"; done
+(cd "$bundle" && crun spec && python3 - <<'PY'
+import json
+c = json.load(open("config.json"))
+c["process"]["terminal"] = False
+c["process"]["args"] = ["/bin/sleep", "100000"]
+json.dump(c, open("config.json", "w"))
+PY
+)
+unshare -m bash -c "
+  umount /sys/fs/cgroup/unified
+  crun run -d --bundle '$bundle' bench-$$ >/dev/null
+  hyperfine -N --warmup 20 --runs $RUNS --export-json '$work/warm-crun.json' 'crun exec bench-$$ /bin/true' >/dev/null
+  crun kill bench-$$ KILL; sleep 0.2; crun delete -f bench-$$
+"
+printf '%-34s %8.2f ms\n' "crun exec" "$(python3 -c "print($(mean "$work/warm-crun.json")*1000)")"
+
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["mean"]
+one = m("oneshot-sbx") / m("oneshot-bwrap")
+warm = m("warm-sbx") / m("warm-crun")
+print(f"\none-shot ratio sbx/bwrap     = {one:.2f}x  (target <= 0.50x) {'PASS' if one <= 0.5 else 'MISS'}")
+print(f"warm exec ratio sbx/crun exec = {warm:.2f}x  (target <= 0.25x) {'PASS' if warm <= 0.25 else 'MISS'}")
+PY

@@ -1,0 +1,67 @@
+// C libraries that only some commands need are loaded on first use, not at
+// start: linked normally, libarchive alone (with libxml2 and ICU behind it)
+// added ~1.5 ms to every sbx call, which is most of a warm exec.
+// Only C APIs are loaded this way, so no C++ exception crosses a dlopen edge.
+#pragma once
+
+#include <archive.h>
+#include <archive_entry.h>
+
+namespace sbx {
+
+#define SBX_ARCHIVE_FUNCTIONS(X) \
+  X(archive_entry_filetype) \
+  X(archive_entry_free) \
+  X(archive_entry_hardlink) \
+  X(archive_entry_mtime) \
+  X(archive_entry_new) \
+  X(archive_entry_pathname) \
+  X(archive_entry_perm) \
+  X(archive_entry_set_filetype) \
+  X(archive_entry_set_mtime) \
+  X(archive_entry_set_pathname) \
+  X(archive_entry_set_perm) \
+  X(archive_entry_set_size) \
+  X(archive_entry_set_symlink) \
+  X(archive_entry_size) \
+  X(archive_entry_size_is_set) \
+  X(archive_entry_symlink) \
+  X(archive_errno) \
+  X(archive_error_string) \
+  X(archive_read_data) \
+  X(archive_read_disk_can_descend) \
+  X(archive_read_disk_descend) \
+  X(archive_read_disk_new) \
+  X(archive_read_disk_open) \
+  X(archive_read_disk_set_standard_lookup) \
+  X(archive_read_disk_set_symlink_physical) \
+  X(archive_read_free) \
+  X(archive_read_new) \
+  X(archive_read_next_header) \
+  X(archive_read_open_fd) \
+  X(archive_read_support_filter_all) \
+  X(archive_read_support_format_all) \
+  X(archive_write_close) \
+  X(archive_write_data) \
+  X(archive_write_disk_new) \
+  X(archive_write_disk_set_options) \
+  X(archive_write_disk_set_standard_lookup) \
+  X(archive_write_finish_entry) \
+  X(archive_write_free) \
+  X(archive_write_header) \
+  X(archive_write_new) \
+  X(archive_write_open_fd) \
+  X(archive_write_set_bytes_in_last_block) \
+  X(archive_write_set_format_pax_restricted)
+
+/// The libarchive functions sbx uses, resolved from libarchive.so.13.
+struct ArchiveApi {
+#define SBX_DECLARE(name) decltype(&::name) name = nullptr;
+  SBX_ARCHIVE_FUNCTIONS(SBX_DECLARE)
+#undef SBX_DECLARE
+};
+
+/// Loads libarchive once (thread-safe); throws unavailable with an install hint when it is missing.
+const ArchiveApi& archive_api();
+
+}  // namespace sbx

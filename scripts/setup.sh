@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what sbx needs from Debian's archive and builds it into ./build.
+# Usage: scripts/setup.sh [--no-build]     (as root, on Debian 12)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake pkg-config git
+  libcli11-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcurl4-openssl-dev
+  catch2 libarchive-dev libseccomp-dev libmicrohttpd-dev libsqlite3-dev
+  python3 python3-pytest procps iproute2 util-linux
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+[[ "${1:-}" == "--no-build" ]] && exit 0
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSBX_WERROR=ON >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: built build/sbx and build/sbx-agent"

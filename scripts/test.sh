@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite: warnings-as-errors build, unit tests, the unit tests
+# again under ASan/UBSan, man pages and completions in step with the flags,
+# and the integration suite against real sandboxes.
+# Usage: scripts/test.sh      (as root, on Debian 12; installs what it needs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+
+echo "== unit tests"
+ctest --test-dir build --output-on-failure
+
+echo "== unit tests under ASan/UBSan"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSBX_WERROR=ON -DSBX_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$(nproc)" --target sbx_unit_tests
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure
+
+echo "== man pages and completions in step with the flags"
+python3 tests/check_docs_in_step.py --help-cmd build/sbx
+
+echo "== integration tests (real sandboxes)"
+SBX_BIN="$PWD/build/sbx" /usr/bin/python3 -m pytest -q -rs tests/integration
