@@ -26,11 +26,12 @@ Probe state_root_probe(const Config& cfg) {
 }
 
 nlohmann::json probe_json(const Probe& p) {
-  return {{"name", p.name}, {"ok", p.ok}, {"detail", p.detail}, {"remedy", p.remedy}};
+  return {{"name", p.name}, {"ok", p.ok}, {"detail", p.detail}, {"remedy", p.remedy}, {"advisory", p.advisory}};
 }
 
 void print_probe(const Probe& p, const char* indent) {
-  std::printf("%s%s %s: %s\n", indent, p.ok ? "\u2713" : "\u2717", p.name.c_str(), p.detail.c_str());
+  const char* mark = p.ok ? "\u2713" : p.advisory ? "!" : "\u2717";
+  std::printf("%s%s %s: %s\n", indent, mark, p.name.c_str(), p.detail.c_str());
   if (!p.ok && !p.remedy.empty()) std::printf("%s    fix: %s\n", indent, p.remedy.c_str());
 }
 
@@ -61,7 +62,7 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
     for (auto& d : builtin_drivers()) {
       auto probes = d.probe(cfg);
       bool ok = true;
-      for (auto& p : probes) ok = ok && p.ok;
+      for (auto& p : probes) ok = ok && (p.ok || p.advisory);
       driver_ok[d.name] = ok;
       nlohmann::json dj{{"name", d.name}, {"summary", d.summary}, {"ok", ok}, {"checks", nlohmann::json::array()}};
       for (auto& p : probes) dj["checks"].push_back(probe_json(p));
@@ -94,7 +95,7 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
       std::printf("%s driver %s: %s\n", d["ok"].get<bool>() ? "\u2713" : "\u2717", d["name"].get<std::string>().c_str(),
                   d["summary"].get<std::string>().c_str());
       for (auto& c : d["checks"])
-        print_probe({c["ok"], c["name"], c["detail"], c["remedy"]}, "    ");
+        print_probe({c["ok"], c["name"], c["detail"], c["remedy"], c["advisory"]}, "    ");
     }
     std::printf("backend selection:\n");
     if (sel_json.contains("steps"))

@@ -21,6 +21,7 @@ struct Probe {
   std::string name;     ///< what was checked ("user namespaces", "runsc")
   std::string detail;   ///< what was found (version, path) or why it failed
   std::string remedy;   ///< what to do when !ok
+  bool advisory = false; ///< a failure here costs speed, not function
 };
 
 /// Progress messages for steps that take a while (VM boot, image build).
