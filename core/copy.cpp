@@ -272,8 +272,10 @@ std::unique_ptr<EntrySink> host_path_sink(const std::string& target) {
   if (!::realpath(parent.c_str(), real)) throw sys_error("destination directory " + parent, errno);
   std::string root = std::string(real) + (std::string(real) == "/" ? "" : "/") + name;
   archive* a = la().archive_write_disk_new();
+  // No ARCHIVE_EXTRACT_UNLINK: with it libarchive would replace a symlink in
+  // the way by a directory; without it, writing through a link is refused.
   la().archive_write_disk_set_options(a, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                        ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_UNLINK);
+                                        ARCHIVE_EXTRACT_SECURE_NODOTDOT);
   la().archive_write_disk_set_standard_lookup(a);
   return std::make_unique<ArchiveWriterSink>(a, true, root);
 }

@@ -13,7 +13,8 @@ CpEndpoint parse_cp_endpoint(const std::string& arg) {
   if (arg.empty()) throw Error(Errc::usage, "empty path in cp");
   if (arg == "-" || arg.front() == '/' || arg.front() == '.') return {"", arg};
   auto colon = arg.find(':');
-  if (colon == std::string::npos || colon == 0) return {"", arg};
+  // As in docker cp: a colon after a slash belongs to a host path ("dir/a:b").
+  if (colon == std::string::npos || colon == 0 || arg.find('/') < colon) return {"", arg};
   std::string path = arg.substr(colon + 1);
   if (path.empty()) path = "/";
   if (path.front() != '/')

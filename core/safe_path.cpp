@@ -40,7 +40,8 @@ Fd open_in_root(int root_fd, std::string_view path, int flags, mode_t mode) {
   // openat2 with RESOLVE_IN_ROOT treats a leading "/" as the root itself.
   open_how how{};
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
-  how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+  // O_TMPFILE includes the O_DIRECTORY bit: test it whole, or every directory open would pass a mode (EINVAL).
+  how.mode = ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? mode : 0;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
   for (;;) {
     long fd = sys_openat2(root_fd, rel.c_str(), &how);

@@ -30,8 +30,8 @@ Selection explain_selection(const Config& cfg, const DriverTable& drivers, const
     s.steps.push_back("USE_REMOTE_SANDBOX is true but SANDBOX_MANAGER_URL is not set: falling back");
   } else if (!find_driver(drivers, "remote")) {
     s.fell_back = true;
-    s.fallback_reason = "this build of sbx has no remote driver";
-    s.steps.push_back("manager " + cfg.manager_url + " configured, but " + s.fallback_reason + ": falling back");
+    s.fallback_reason = "manager " + cfg.manager_url + " is configured but this build of sbx has no remote driver";
+    s.steps.push_back(s.fallback_reason + ": falling back");
   } else {
     auto problem = health ? health(cfg.manager_url) : std::optional<std::string>("no health check available");
     if (!problem) {
@@ -47,14 +47,21 @@ Selection explain_selection(const Config& cfg, const DriverTable& drivers, const
     s.steps.push_back("LOCAL_SANDBOX_BACKEND is none: failing closed");
     std::string why = s.fell_back ? s.fallback_reason : "USE_REMOTE_SANDBOX is false";
     s.failure = Error(Errc::unavailable, "no sandbox backend: " + why + ", and LOCAL_SANDBOX_BACKEND=none forbids local execution");
-    s.failure->set_hint(cfg.manager_url.empty() ? "set SANDBOX_MANAGER_URL to a running sbx serve, or choose a local backend"
-                                                : "start or fix the manager at " + cfg.manager_url +
-                                                      ", or set LOCAL_SANDBOX_BACKEND to deno or subprocess");
+    if (!cfg.use_remote)
+      s.failure->set_hint((cfg.manager_url.empty() ? std::string("set USE_REMOTE_SANDBOX=true with SANDBOX_MANAGER_URL")
+                                                   : "set USE_REMOTE_SANDBOX=true to use the manager at " + cfg.manager_url) +
+                          ", or LOCAL_SANDBOX_BACKEND to deno or subprocess");
+    else if (cfg.manager_url.empty())
+      s.failure->set_hint("set SANDBOX_MANAGER_URL to a running sbx serve, or choose a local backend");
+    else
+      s.failure->set_hint("start or fix the manager at " + cfg.manager_url +
+                          ", or set LOCAL_SANDBOX_BACKEND to deno or subprocess");
     return s;
   }
   if (!find_driver(drivers, cfg.local_backend)) {
     s.steps.push_back("LOCAL_SANDBOX_BACKEND is " + cfg.local_backend + ", which this build does not have");
-    s.failure = Error(Errc::unavailable, "the local backend '" + cfg.local_backend + "' is not available in this build of sbx");
+    s.failure = Error(Errc::unavailable, (s.fell_back ? s.fallback_reason + ", and the" : std::string("the")) +
+                                             " local backend '" + cfg.local_backend + "' is not available in this build of sbx");
     s.failure->set_hint("set LOCAL_SANDBOX_BACKEND=subprocess or pass --driver subprocess (drivers: " +
                         driver_names(drivers) + ")");
     return s;

@@ -19,15 +19,13 @@ std::string lower(std::string_view s) {
 double leading_number(std::string_view text, std::string_view what, size_t& used) {
   std::string s(text);
   size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  if (i == 0)
+  int dots = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) dots += s[i++] == '.';
+  // "1.2.3G" must not quietly read as 1.2G.
+  if (i == 0 || dots > 1 || s[0] == '.' || s[i - 1] == '.')
     throw Error(Errc::invalid_argument, "invalid " + std::string(what) + " '" + std::string(text) + "'");
   used = i;
-  try {
-    return std::stod(s.substr(0, i));
-  } catch (...) {
-    throw Error(Errc::invalid_argument, "invalid " + std::string(what) + " '" + std::string(text) + "'");
-  }
+  return std::stod(s.substr(0, i));
 }
 }  // namespace
 
@@ -47,7 +45,8 @@ uint64_t parse_size(std::string_view text) {
     throw Error(Errc::invalid_argument, "invalid size '" + std::string(text) + "'")
         .set_hint("use a number with an optional unit: 512k, 256M, 2G");
   double v = n * mult;
-  if (v > 1.8e19) throw Error(Errc::invalid_argument, "size '" + std::string(text) + "' is too large");
+  // 2^63: llround's range; no real size comes near it.
+  if (v >= 9.2e18) throw Error(Errc::invalid_argument, "size '" + std::string(text) + "' is too large");
   return static_cast<uint64_t>(std::llround(v));
 }
 
@@ -72,7 +71,10 @@ uint64_t parse_duration_ms(std::string_view text) {
     else
       throw Error(Errc::invalid_argument, "invalid duration '" + std::string(text) + "'")
           .set_hint("use a number with a unit: 500ms, 30s, 10m, 1h30m, 2d");
-    total += static_cast<uint64_t>(std::llround(n * mult));
+    double part = n * mult;
+    if (part >= 9.2e18 || total + static_cast<uint64_t>(std::llround(part)) >= 9'200'000'000'000'000'000ull)
+      throw Error(Errc::invalid_argument, "duration '" + std::string(text) + "' is too long");
+    total += static_cast<uint64_t>(std::llround(part));
   }
   return total;
 }
