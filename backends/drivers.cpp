@@ -1,12 +1,25 @@
 #include "backends/drivers.hpp"
 
 #include "backends/subprocess/driver.hpp"
+#include "core/config.hpp"
+#include "core/remote_backend.hpp"
 
 namespace sbx {
+
+namespace {
+std::vector<Probe> probe_remote(const Config& cfg) {
+  if (cfg.manager_url.empty())
+    return {{false, "manager URL", "SANDBOX_MANAGER_URL is not set", "set SANDBOX_MANAGER_URL to a running sbx serve"}};
+  auto problem = check_manager_health(cfg, cfg.manager_url);
+  return {{!problem, "manager " + cfg.manager_url, problem ? *problem : "healthy",
+           "start sbx serve there, or check the URL and ADMIN_API_KEY; `sbx doctor --remote` says more"}};
+}
+}  // namespace
 
 const DriverTable& builtin_drivers() {
   static const DriverTable table = {
       {"subprocess", "namespaces + overlayfs + cgroups + seccomp on this host", &subprocess::probe, &subprocess::make},
+      {"remote", "forward to the sbx serve at SANDBOX_MANAGER_URL", &probe_remote, nullptr},
   };
   return table;
 }

@@ -6,6 +6,8 @@
 
 #include "backends/drivers.hpp"
 #include "core/local_backend.hpp"
+#include "core/remote_backend.hpp"
+#include "core/remote_index.hpp"
 #include "core/units.hpp"
 
 namespace sbx::cli {
@@ -89,15 +91,40 @@ Config load_config(const Globals& g, const std::string& driver_flag) {
 }
 
 std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver) {
-  Selection sel = select_backend(cfg, builtin_drivers(), nullptr);
+  Selection sel = select_backend(cfg, builtin_drivers(), [&](const std::string& url) { return check_manager_health(cfg, url); });
   if (sel.fell_back && cfg.use_remote && !cfg.manager_url.empty())
     warn("falling back to the local " + sel.driver + " backend: " + sel.fallback_reason);
+  if (sel.driver == "remote") {
+    if (cfg.manager_url.empty())
+      throw Error(Errc::invalid_argument, "--driver remote needs SANDBOX_MANAGER_URL").set_hint("set SANDBOX_MANAGER_URL to a running sbx serve");
+    driver.clear();  // the manager picks its own default driver
+    return std::make_unique<RemoteBackend>(cfg, cfg.manager_url, cfg.api_key);
+  }
   driver = sel.driver;
   return std::make_unique<LocalBackend>(cfg, builtin_drivers());
 }
 
-std::unique_ptr<Backend> backend_for_existing(const Config& cfg) {
-  return std::make_unique<LocalBackend>(cfg, builtin_drivers());
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg, const std::string& id) {
+  auto local = std::make_unique<LocalBackend>(cfg, builtin_drivers());
+  if (id.empty() || local->registry().find(id)) return local;
+  // A sandbox remembers the manager that holds it, whatever the chain says today.
+  if (valid_sandbox_id(id))
+    if (auto url = remote_location(cfg.state_dir, id)) return std::make_unique<RemoteBackend>(cfg, *url, cfg.api_key);
+  if (cfg.use_remote && !cfg.manager_url.empty() && !check_manager_health(cfg, cfg.manager_url))
+    return std::make_unique<RemoteBackend>(cfg, cfg.manager_url, cfg.api_key);
+  return local;
+}
+
+std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg) {
+  std::vector<std::unique_ptr<Backend>> out;
+  out.push_back(std::make_unique<LocalBackend>(cfg, builtin_drivers()));
+  if (cfg.use_remote && !cfg.manager_url.empty()) {
+    if (auto problem = check_manager_health(cfg, cfg.manager_url))
+      warn("manager " + cfg.manager_url + " skipped: " + *problem);
+    else
+      out.push_back(std::make_unique<RemoteBackend>(cfg, cfg.manager_url, cfg.api_key));
+  }
+  return out;
 }
 
 void print_error(const Error& e) {

@@ -46,8 +46,11 @@ Config load_config(const Globals& g, const std::string& driver_flag = "");
 /// The backend that runs new sandboxes under this configuration (walking the
 /// fallback chain), and the driver it chose.
 std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver);
-/// The backend that holds existing sandboxes.
-std::unique_ptr<Backend> backend_for_existing(const Config& cfg);
+/// The backend that holds sandbox `id`: this host's registry, else the manager
+/// the id was created on, else the configured manager when healthy.
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg, const std::string& id);
+/// This host's backend plus the configured manager when it is healthy (ls, gc, rm --all).
+std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg);
 
 /// Prints "sbx: error: ..." (and a hint line) on stderr.
 void print_error(const Error& e);
@@ -67,5 +70,6 @@ void register_ls(CLI::App& app, Globals& g, Outcome& out);
 void register_rm(CLI::App& app, Globals& g, Outcome& out);
 void register_gc(CLI::App& app, Globals& g, Outcome& out);
 void register_doctor(CLI::App& app, Globals& g, Outcome& out);
+void register_serve(CLI::App& app, Globals& g, Outcome& out);
 
 }  // namespace sbx::cli

@@ -18,8 +18,9 @@ void register_cp(CLI::App& app, Globals& g, Outcome& out) {
     Config cfg = load_config(g);
     uint64_t max = cfg.cp_max_bytes;
     if (!st->max_size.empty()) max = with_context("--max-size", [&] { return parse_size(st->max_size); });
-    auto backend = backend_for_existing(cfg);
-    copy_files(*backend, parse_cp_endpoint(st->src), parse_cp_endpoint(st->dest), max);
+    auto src = parse_cp_endpoint(st->src), dest = parse_cp_endpoint(st->dest);
+    auto backend = backend_for_existing(cfg, src.sandbox.empty() ? dest.sandbox : src.sandbox);
+    copy_files(*backend, src, dest, max);
     out.status = 0;
   });
 }

@@ -149,7 +149,7 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
       id = rec.id;
       spec = rec.spec;
     } else {
-      backend = backend_for_existing(cfg);
+      backend = backend_for_existing(cfg, id);
     }
     Fd sigs = install_signal_forwarding();
     ExecIO io;

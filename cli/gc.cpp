@@ -15,8 +15,14 @@ void register_gc(CLI::App& app, Globals& g, Outcome& out) {
   sub->add_flag("--json", st->json, "JSON report");
   sub->callback([&g, &out, st] {
     Config cfg = load_config(g);
-    auto backend = backend_for_existing(cfg);
-    GcReport rep = backend->gc(st->dry_run);
+    GcReport rep;
+    for (auto& backend : all_backends(cfg)) {
+      GcReport part = backend->gc(st->dry_run);
+      for (auto& a : part.actions) {
+        if (backend->where() != "local") a.target += " (" + backend->where() + ")";
+        rep.actions.push_back(std::move(a));
+      }
+    }
     int failures = 0;
     nlohmann::json arr = nlohmann::json::array();
     for (auto& a : rep.actions) {

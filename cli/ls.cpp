@@ -53,10 +53,10 @@ void register_ls(CLI::App& app, Globals& g, Outcome& out) {
   sub->callback([&g, &out, st] {
     auto filters = parse_filters(st->filters);
     Config cfg = load_config(g);
-    auto backend = backend_for_existing(cfg);
     std::vector<SandboxRecord> recs;
-    for (auto& r : backend->list())
-      if (matches(r, filters)) recs.push_back(std::move(r));
+    for (auto& backend : all_backends(cfg))
+      for (auto& r : backend->list())
+        if (matches(r, filters)) recs.push_back(std::move(r));
     if (st->json) {
       nlohmann::json arr = nlohmann::json::array();
       for (auto& r : recs) arr.push_back(r);

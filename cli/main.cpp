@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   register_rm(app, globals, outcome);
   register_gc(app, globals, outcome);
   register_doctor(app, globals, outcome);
+  register_serve(app, globals, outcome);
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     args = split_exec_command(app, args);

@@ -18,14 +18,14 @@ void register_rm(CLI::App& app, Globals& g, Outcome& out) {
   sub->callback([&g, &out, st] {
     if (st->ids.empty() && !st->all) throw Error(Errc::usage, "no sandbox named").set_hint("sbx rm ID [ID...] or sbx rm --all");
     Config cfg = load_config(g);
-    auto backend = backend_for_existing(cfg);
     std::vector<std::string> ids = st->ids;
     if (st->all)
-      for (auto& r : backend->list()) ids.push_back(r.id);
+      for (auto& b : all_backends(cfg))
+        for (auto& r : b->list()) ids.push_back(r.id);
     int failures = 0;
     for (auto& id : ids) {
       try {
-        backend->remove(id);
+        backend_for_existing(cfg, id)->remove(id);
         std::printf("%s\n", id.c_str());
       } catch (const Error& e) {
         if (st->force && e.code() == Errc::not_found) continue;

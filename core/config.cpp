@@ -29,9 +29,13 @@ constexpr uint64_t kIdsPerRange = 65536;
 const std::vector<std::string> kTopKeys = {
     "use_remote_sandbox", "remote_sandbox_backend", "local_sandbox_backend", "sandbox_manager_url",
     "admin_api_key",      "admin_api_key_file",     "state_dir",             "uid_base",
-    "cp_max_size",        "defaults"};
+    "cp_max_size",        "defaults",               "server"};
 const std::vector<std::string> kDefaultsKeys = {"memory", "pids", "cpus", "disk",
                                                 "network", "idle_timeout", "ttl"};
+const std::vector<std::string> kServerKeys = {"listen",  "tls_cert", "tls_key", "log_format",
+                                              "api_keys", "max_sandboxes_per_key", "max_execs_per_key",
+                                              "reap_interval", "drain_timeout"};
+const std::vector<std::string> kApiKeyKeys = {"name", "key", "key_file", "permissions"};
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -85,18 +89,46 @@ void collect(const YAML::Node& map, const std::string& prefix, const std::vector
     for (const auto& a : allowed) known = known || prefix + a == key;
     if (!known)
       throw Error(Errc::invalid_argument, "unknown key '" + key + "' in " + at + " (accepted" +
-                                              (prefix.empty() ? "" : " under defaults") + ": " +
+                                              (prefix.empty() ? "" : " under " + prefix.substr(0, prefix.size() - 1)) + ": " +
                                               join(allowed) + ")")
           .set_hint("check the spelling against docs/cli.md; a mistyped key is never silently ignored");
     // yaml-cpp keeps both copies of a repeated key; which one wins would be an accident.
     if (!seen.insert(key).second)
       throw Error(Errc::invalid_argument, "key '" + key + "' appears twice in " + file + " (line " +
                                               std::to_string(line) + ")");
-    if (key == "defaults") {
+    if (key == "defaults" || key == "server") {
       if (kv.second.IsNull()) continue;
       if (!kv.second.IsMap())
-        throw Error(Errc::invalid_argument, "'defaults' in " + at + " must be a mapping of keys");
-      collect(kv.second, "defaults.", kDefaultsKeys, file, out, seen);
+        throw Error(Errc::invalid_argument, "'" + key + "' in " + at + " must be a mapping of keys");
+      collect(kv.second, key + ".", key == "server" ? kServerKeys : kDefaultsKeys, file, out, seen);
+      continue;
+    }
+    if (key == "server.api_keys") {
+      if (!kv.second.IsSequence())
+        throw Error(Errc::invalid_argument, "'server.api_keys' in " + at + " must be a list of {name, key_file, permissions}");
+      int i = 0;
+      for (const auto& item : kv.second) {
+        const std::string item_at = file + " line " + std::to_string(item.Mark().line + 1);
+        if (!item.IsMap()) throw Error(Errc::invalid_argument, "an entry of server.api_keys in " + item_at + " is not a mapping");
+        std::string p = "server.api_keys." + std::to_string(i++) + ".";
+        for (const auto& f : item) {
+          std::string fk = f.first.Scalar();
+          bool ok = false;
+          for (const auto& a : kApiKeyKeys) ok = ok || a == fk;
+          if (!ok)
+            throw Error(Errc::invalid_argument, "unknown key '" + fk + "' in a server.api_keys entry in " + item_at +
+                                                    " (accepted: " + join(kApiKeyKeys) + ")");
+          std::string text;
+          if (f.second.IsSequence()) {
+            for (const auto& perm : f.second) text += (text.empty() ? "" : ",") + perm.Scalar();
+          } else if (f.second.IsScalar()) {
+            text = f.second.Scalar();
+          } else {
+            throw Error(Errc::invalid_argument, "server.api_keys entry field '" + fk + "' in " + item_at + " has no value");
+          }
+          out[p + fk] = FileValue{text, f.first.Mark().line + 1};
+        }
+      }
       continue;
     }
     if (kv.second.IsNull()) throw Error(Errc::invalid_argument, "key '" + key + "' in " + at + " has no value");
@@ -285,6 +317,63 @@ void set_defaults(Config& c, const Resolver& r) {
   apply("defaults.ttl", [&](const Setting& s) { c.default_ttl_s = duration_s(s); });
 }
 
+// The server section: scalars, then the api_keys entries (numbered by parse order).
+void set_server(Config& c, const Resolver& r) {
+  auto& sv = c.server;
+  if (auto s = r.from_file("server.listen")) sv.listen = s->text;
+  if (auto s = r.from_file("server.tls_cert")) sv.tls_cert = s->text;
+  if (auto s = r.from_file("server.tls_key")) sv.tls_key = s->text;
+  if (auto s = r.from_file("server.log_format")) sv.log_format = choose(*s, "log format", {"plain", "json"});
+  if (auto s = r.from_file("server.max_sandboxes_per_key")) sv.max_sandboxes_per_key = static_cast<int>(parse_uint(*s));
+  if (auto s = r.from_file("server.max_execs_per_key")) sv.max_execs_per_key = static_cast<int>(parse_uint(*s));
+  if (auto s = r.from_file("server.reap_interval")) sv.reap_interval_s = std::max<uint64_t>(1, duration_s(*s));
+  if (auto s = r.from_file("server.drain_timeout")) sv.drain_timeout_s = duration_s(*s);
+  for (int i = 0;; ++i) {
+    std::string p = "server.api_keys." + std::to_string(i) + ".";
+    auto name = r.from_file(p + "name");
+    auto key = r.from_file(p + "key");
+    auto key_file = r.from_file(p + "key_file");
+    auto perms = r.from_file(p + "permissions");
+    if (!name && !key && !key_file && !perms) break;
+    std::string where = "server.api_keys entry " + std::to_string(i + 1) + " in " + r.file_name();
+    if (!name || name->text.empty()) throw Error(Errc::invalid_argument, where + " has no name");
+    ApiKeyConfig k;
+    k.name = name->text;
+    if (key && key_file) throw Error(Errc::invalid_argument, where + " sets both key and key_file");
+    if (key) k.key = key->text;
+    else if (key_file) {
+      std::string path = key_file->text;
+      auto slash = r.file_name().rfind('/');
+      if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = r.file_name().substr(0, slash + 1) + path;
+      auto text = read_file_if_exists(path);
+      if (!text) throw Error(Errc::not_found, where + ": key file " + path + " does not exist");
+      while (!text->empty() && std::isspace(static_cast<unsigned char>(text->back()))) text->pop_back();
+      k.key = *text;
+    }
+    if (k.key.empty() || has_control_char(k.key))
+      throw Error(Errc::invalid_argument, where + " (" + k.name + ") has an empty or unprintable key");
+    if (perms) {
+      std::string t = perms->text;
+      size_t pos = 0;
+      while (pos <= t.size()) {
+        size_t comma = t.find(',', pos);
+        if (comma == std::string::npos) comma = t.size();
+        std::string one = t.substr(pos, comma - pos);
+        while (!one.empty() && std::isspace(static_cast<unsigned char>(one.front()))) one.erase(0, 1);
+        while (!one.empty() && std::isspace(static_cast<unsigned char>(one.back()))) one.pop_back();
+        if (!one.empty()) {
+          if (one != "sandboxes:read" && one != "sandboxes:write" && one != "sandboxes:run")
+            throw Error(Errc::invalid_argument, where + " (" + k.name + "): unknown permission '" + one + "'")
+                .set_hint("permissions: sandboxes:read, sandboxes:write, sandboxes:run");
+          k.permissions.push_back(one);
+        }
+        pos = comma + 1;
+      }
+    }
+    sv.api_keys.push_back(std::move(k));
+  }
+}
+
 Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::string& file_name) {
   FileValues file;
   if (yaml_text) file = parse_yaml(*yaml_text, file_name);
@@ -356,6 +445,7 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
     c.origin["cp_max_size"] = s->origin;
   }
   set_defaults(c, r);
+  set_server(c, r);
   return c;
 }
 

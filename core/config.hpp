@@ -14,6 +14,25 @@
 
 namespace sbx {
 
+/// An extra API key of the manager, from the config file's server.api_keys.
+struct ApiKeyConfig {
+  std::string name;                      ///< shown in logs instead of the key
+  std::string key;                       ///< never printed or logged
+  std::vector<std::string> permissions;  ///< sandboxes:read | sandboxes:write | sandboxes:run
+};
+
+/// Settings of `sbx serve` (config file section `server:`; flags override).
+struct ServerConfig {
+  std::string listen;                    ///< HOST:PORT; empty = 0.0.0.0:8000 (8400 for microvm)
+  std::string tls_cert, tls_key;         ///< PEM files; both or neither
+  std::string log_format = "plain";      ///< plain | json
+  std::vector<ApiKeyConfig> api_keys;
+  int max_sandboxes_per_key = 64;
+  int max_execs_per_key = 32;
+  uint64_t reap_interval_s = 5;          ///< how often the idle reaper runs
+  uint64_t drain_timeout_s = 30;         ///< SIGTERM: how long in-flight work may finish
+};
+
 struct Config {
   bool use_remote = true;                 ///< USE_REMOTE_SANDBOX, default true
   std::string remote_backend = "syd";     ///< REMOTE_SANDBOX_BACKEND after normalisation: always "syd"
@@ -32,6 +51,8 @@ struct Config {
 
   uint32_t uid_base = 1u << 30;           ///< first host uid of sandbox id ranges (65536 ids each)
   uint64_t cp_max_bytes = 1ull << 30;     ///< cap on one `sbx cp` transfer
+
+  ServerConfig server;                    ///< sbx serve's settings
 
   /// Where each setting came from ("default", "env USE_REMOTE_SANDBOX", "file /etc/sbx/config.yaml",
   /// "flag --driver"), keyed by the setting's name; doctor prints it.

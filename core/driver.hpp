@@ -58,7 +58,8 @@ struct DriverInfo {
   std::string summary;  ///< one line for help and doctor
   /// Checks this host can run the driver; one Probe per prerequisite.
   std::vector<Probe> (*probe)(const Config& cfg);
-  /// Makes a driver instance for this configuration.
+  /// Makes a driver instance for this configuration; nullptr for "remote",
+  /// which forwards whole calls (RemoteBackend) instead of running sandboxes here.
   std::unique_ptr<Driver> (*make)(const Config& cfg);
 };
 

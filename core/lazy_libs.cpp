@@ -27,22 +27,49 @@ void resolve(void* lib, const char* soname, const char* name, T& out) {
 }
 }  // namespace
 
-const ArchiveApi& archive_api() {
-  static ArchiveApi api;
+// Loads a library into an API table exactly once; a failure is remembered and rethrown.
+template <class Api, class Fill>
+const Api& load_once(Fill&& fill) {
+  static Api api;
   static std::once_flag once;
   static std::optional<Error> failure;
-  std::call_once(once, [] {
+  std::call_once(once, [&] {
     try {
-      void* lib = open_library("libarchive.so.13", "libarchive13");
-#define SBX_RESOLVE(name) resolve(lib, "libarchive.so.13", #name, api.name);
-      SBX_ARCHIVE_FUNCTIONS(SBX_RESOLVE)
-#undef SBX_RESOLVE
+      fill(api);
     } catch (const Error& e) {
       failure = e;
     }
   });
   if (failure) throw *failure;
   return api;
+}
+
+const ArchiveApi& archive_api() {
+  return load_once<ArchiveApi>([](ArchiveApi& api) {
+    void* lib = open_library("libarchive.so.13", "libarchive13");
+#define SBX_RESOLVE(name) resolve(lib, "libarchive.so.13", #name, api.name);
+    SBX_ARCHIVE_FUNCTIONS(SBX_RESOLVE)
+#undef SBX_RESOLVE
+  });
+}
+
+const CurlApi& curl_api() {
+  return load_once<CurlApi>([](CurlApi& api) {
+    void* lib = open_library("libcurl.so.4", "libcurl4");
+#define SBX_RESOLVE(name) resolve(lib, "libcurl.so.4", #name, api.name);
+    SBX_CURL_FUNCTIONS(SBX_RESOLVE)
+#undef SBX_RESOLVE
+    if (api.curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw Error(Errc::unavailable, "curl_global_init failed");
+  });
+}
+
+const MhdApi& mhd_api() {
+  return load_once<MhdApi>([](MhdApi& api) {
+    void* lib = open_library("libmicrohttpd.so.12", "libmicrohttpd12");
+#define SBX_RESOLVE(name) resolve(lib, "libmicrohttpd.so.12", #name, api.name);
+    SBX_MHD_FUNCTIONS(SBX_RESOLVE)
+#undef SBX_RESOLVE
+  });
 }
 
 }  // namespace sbx

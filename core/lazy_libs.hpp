@@ -6,6 +6,13 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+// curl.h turns curl_easy_setopt into a type-checking macro under GCC, which
+// would also expand `api.curl_easy_setopt(...)`; the function table needs the plain names.
+#define CURL_DISABLE_TYPECHECK 1
+#include <curl/curl.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <microhttpd.h>
 
 namespace sbx {
 
@@ -63,5 +70,36 @@ struct ArchiveApi {
 
 /// Loads libarchive once (thread-safe); throws unavailable with an install hint when it is missing.
 const ArchiveApi& archive_api();
+
+#define SBX_CURL_FUNCTIONS(X) \
+  X(curl_global_init) X(curl_easy_init) X(curl_easy_setopt) X(curl_easy_perform) X(curl_easy_getinfo) \
+  X(curl_easy_cleanup) X(curl_easy_strerror) X(curl_slist_append) X(curl_slist_free_all) X(curl_easy_escape) \
+  X(curl_free)
+
+/// The libcurl functions the remote driver uses, resolved from libcurl.so.4.
+struct CurlApi {
+#define SBX_DECLARE(name) decltype(&::name) name = nullptr;
+  SBX_CURL_FUNCTIONS(SBX_DECLARE)
+#undef SBX_DECLARE
+};
+
+/// Loads libcurl once and runs curl_global_init; throws unavailable with an install hint.
+const CurlApi& curl_api();
+
+#define SBX_MHD_FUNCTIONS(X) \
+  X(MHD_start_daemon) X(MHD_stop_daemon) X(MHD_quiesce_daemon) X(MHD_create_response_from_buffer) \
+  X(MHD_create_response_from_callback) X(MHD_create_response_from_fd64) X(MHD_add_response_header) \
+  X(MHD_queue_response) X(MHD_destroy_response) X(MHD_lookup_connection_value) X(MHD_get_connection_info) \
+  X(MHD_get_connection_values)
+
+/// The libmicrohttpd functions sbx serve uses, resolved from libmicrohttpd.so.12.
+struct MhdApi {
+#define SBX_DECLARE(name) decltype(&::name) name = nullptr;
+  SBX_MHD_FUNCTIONS(SBX_DECLARE)
+#undef SBX_DECLARE
+};
+
+/// Loads libmicrohttpd once; throws unavailable with an install hint.
+const MhdApi& mhd_api();
 
 }  // namespace sbx

@@ -32,9 +32,13 @@ std::map<std::string, std::string> base_exec_env() {
 }
 
 SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTable& drivers) {
-  if (!find_driver(drivers, spec.driver))
+  auto* info = find_driver(drivers, spec.driver);
+  if (!info)
     throw Error(Errc::invalid_argument, "unknown driver '" + spec.driver + "'")
         .set_hint("drivers: " + driver_names(drivers));
+  if (!info->make)
+    throw Error(Errc::invalid_argument, "driver '" + spec.driver + "' does not run sandboxes on this host")
+        .set_hint("set SANDBOX_MANAGER_URL to reach a manager");
   auto& l = spec.limits;
   const auto& d = cfg.default_limits;
   if (l.cpus == 0) l.cpus = d.cpus;
@@ -74,6 +78,8 @@ LocalBackend::LocalBackend(const Config& cfg, const DriverTable& drivers)
 
 std::unique_ptr<Driver> LocalBackend::driver_for(const SandboxRecord& rec) {
   auto* info = find_driver(drivers_, rec.spec.driver);
+  if (info && !info->make)
+    throw Error(Errc::invalid_argument, "driver '" + rec.spec.driver + "' does not run sandboxes on this host");
   if (!info)
     throw Error(Errc::unavailable, "sandbox " + rec.id + " uses driver '" + rec.spec.driver +
                                        "', which this build of sbx does not have");
@@ -175,7 +181,7 @@ std::vector<SandboxRecord> LocalBackend::list() {
   for (auto& r : recs) {
     if (r.state != SandboxState::running) continue;
     auto* info = find_driver(drivers_, r.spec.driver);
-    if (info && !info->make(cfg_)->alive(r)) {
+    if (info && info->make && !info->make(cfg_)->alive(r)) {
       r.state = SandboxState::dead;
       r.error = "its agent is gone";
     }
@@ -195,7 +201,7 @@ SandboxRecord LocalBackend::get(const std::string& id) {
 void LocalBackend::destroy(const SandboxRecord& rec) {
   Fd guard = registry_.lock(rec.id, true);
   auto* info = find_driver(drivers_, rec.spec.driver);
-  if (info) info->make(cfg_)->destroy(rec, registry_.dir(rec.id));
+  if (info && info->make) info->make(cfg_)->destroy(rec, registry_.dir(rec.id));
   registry_.remove(rec.id);
 }
 
@@ -222,7 +228,7 @@ GcReport LocalBackend::gc(bool dry_run) {
   for (auto& rec : registry_.list()) {
     auto* info = find_driver(drivers_, rec.spec.driver);
     std::string reason;
-    if (!info) {
+    if (!info || !info->make) {
       live.insert(rec.id);  // another build's sandbox: not ours to judge
       continue;
     }
@@ -272,12 +278,14 @@ GcReport LocalBackend::gc(bool dry_run) {
     act({"stray_dir", registry_.dir(id), "a state directory without a record", false, ""}, [&] {
       SandboxRecord ghost;
       ghost.id = id;
-      for (auto& info : drivers_) info.make(cfg_)->destroy(ghost, registry_.dir(id));
+      for (auto& info : drivers_)
+        if (info.make) info.make(cfg_)->destroy(ghost, registry_.dir(id));
       registry_.remove(id);
     });
     live.insert(id);
   }
   for (auto& info : drivers_) {
+    if (!info.make) continue;
     auto driver = info.make(cfg_);
     for (auto& what : driver->orphans(live))
       act({"orphan", what, info.name + " resource with no sandbox", false, ""}, [&] { driver->reap_orphan(what); });

@@ -61,17 +61,27 @@ std::vector<Controller> detect(std::string* why) {
   return out;
 }
 
-std::string Group::path(const Controller& c) const { return c.root + "/" + kParent + "/" + name_; }
+std::string scope_for(const std::string& state_root) {
+  // FNV-1a: stable across runs and builds, and short enough for a directory name.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : state_root) h = (h ^ c) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("root-") + std::string(buf, 10);
+}
 
-Group Group::open(const std::string& name) {
+std::string Group::path(const Controller& c) const { return c.root + "/" + kParent + "/" + scope_ + "/" + name_; }
+
+Group Group::open(const std::string& scope, const std::string& name) {
   Group g;
+  g.scope_ = scope;
   g.name_ = name;
   g.ctrls_ = detect();
   return g;
 }
 
-Group Group::create(const std::string& name, const Limits& limits) {
-  Group g = open(name);
+Group Group::create(const std::string& scope, const std::string& name, const Limits& limits) {
+  Group g = open(scope, name);
   std::string why;
   if (g.ctrls_.empty()) {
     detect(&why);
@@ -79,11 +89,12 @@ Group Group::create(const std::string& name, const Limits& limits) {
   }
   std::set<std::string> v2_roots_enabled;
   for (auto& c : g.ctrls_) {
-    std::string parent = c.root + "/" + kParent;
+    std::string top = c.root + "/" + kParent;
+    std::string parent = top + "/" + scope;
     make_dirs(parent, 0755);
     if (c.v2 && !v2_roots_enabled.count(c.root)) {
-      // v2 hands controllers down only where the parent enables them.
-      for (auto* dir : {c.root.c_str(), parent.c_str()}) {
+      // v2 hands controllers down only where each parent enables them.
+      for (auto* dir : {c.root.c_str(), top.c_str(), parent.c_str()}) {
         for (auto& cc : g.ctrls_)
           if (cc.v2 && cc.root == c.root) {
             try {
@@ -180,16 +191,16 @@ void Group::destroy() const {
     }
     if (removed_all) return;
     if (steady_clock::now() > deadline)
-      throw Error(Errc::io, "cgroup sbx/" + name_ + " still has processes after 5 s of SIGKILL");
+      throw Error(Errc::io, "cgroup sbx/" + scope_ + "/" + name_ + " still has processes after 5 s of SIGKILL");
     // Exiting tasks leave the group within microseconds to a few milliseconds.
     std::this_thread::sleep_for(microseconds(ps.empty() ? 200 : 2000));
   }
 }
 
-std::vector<std::string> Group::list_all() {
+std::vector<std::string> Group::list_all(const std::string& scope) {
   std::set<std::string> names;
   for (auto& c : detect()) {
-    std::string parent = c.root + "/" + kParent;
+    std::string parent = c.root + "/" + kParent + "/" + scope;
     if (DIR* d = ::opendir(parent.c_str())) {
       while (auto* e = ::readdir(d)) {
         if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;

@@ -24,12 +24,17 @@ struct Controller {
 /// The controllers this host offers; empty with `why` filled when none is usable.
 std::vector<Controller> detect(std::string* why = nullptr);
 
+/// The cgroup directory (below sbx/) that holds the sandboxes of one state
+/// root, so that two state roots on one host (a manager and a test run, say)
+/// never take each other's groups for orphans.
+std::string scope_for(const std::string& state_root);
+
 class Group {
  public:
-  /// Creates sbx/<name> under every controller and applies the limits.
-  static Group create(const std::string& name, const Limits& limits);
-  /// The group sbx/<name> whether or not it exists (for cleanup).
-  static Group open(const std::string& name);
+  /// Creates sbx/<scope>/<name> under every controller and applies the limits.
+  static Group create(const std::string& scope, const std::string& name, const Limits& limits);
+  /// The group sbx/<scope>/<name> whether or not it exists (for cleanup).
+  static Group open(const std::string& scope, const std::string& name);
 
   /// Moves a process into the group in every controller.
   void add(pid_t pid) const;
@@ -42,10 +47,11 @@ class Group {
   /// Whether the group exists in any controller.
   bool exists() const;
 
-  /// Names of every sbx/* group on the host.
-  static std::vector<std::string> list_all();
+  /// Names of every group in sbx/<scope>.
+  static std::vector<std::string> list_all(const std::string& scope);
 
  private:
+  std::string scope_;
   std::string name_;
   std::vector<Controller> ctrls_;
   std::string path(const Controller& c) const;

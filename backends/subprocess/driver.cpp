@@ -38,7 +38,7 @@ class SubprocessDriver : public Driver {
   explicit SubprocessDriver(const Config& cfg) : cfg_(cfg) {}
 
   void start(SandboxRecord& rec, const std::string& dir) override {
-    auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(rec.id, rec.spec.limits); });
+    auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, rec.spec.limits); });
     LaunchPlan plan;
     plan.state_dir = dir;
     if (rec.spec.image.empty()) {
@@ -78,24 +78,25 @@ class SubprocessDriver : public Driver {
         ::kill(rec.agent_pid, SIGKILL);
       }
     }
-    if (!rec.id.empty()) cgroup::Group::open(rec.id).destroy();
+    if (!rec.id.empty()) cgroup::Group::open(scope(), rec.id).destroy();
   }
 
-  uint64_t oom_kills(const SandboxRecord& rec) override { return cgroup::Group::open(rec.id).oom_kills(); }
+  uint64_t oom_kills(const SandboxRecord& rec) override { return cgroup::Group::open(scope(), rec.id).oom_kills(); }
 
   std::vector<std::string> orphans(const std::set<std::string>& live_ids) override {
     std::vector<std::string> out;
-    for (auto& name : cgroup::Group::list_all())
-      if (!live_ids.count(name) && valid_sandbox_id(name)) out.push_back("cgroup sbx/" + name);
+    for (auto& name : cgroup::Group::list_all(scope()))
+      if (!live_ids.count(name) && valid_sandbox_id(name)) out.push_back("cgroup sbx/" + scope() + "/" + name);
     return out;
   }
 
   void reap_orphan(const std::string& what) override {
-    const std::string prefix = "cgroup sbx/";
-    if (what.rfind(prefix, 0) == 0) cgroup::Group::open(what.substr(prefix.size())).destroy();
+    const std::string prefix = "cgroup sbx/" + scope() + "/";
+    if (what.rfind(prefix, 0) == 0) cgroup::Group::open(scope(), what.substr(prefix.size())).destroy();
   }
 
  private:
+  std::string scope() const { return cgroup::scope_for(cfg_.state_dir); }
   Config cfg_;
 };
 

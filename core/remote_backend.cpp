@@ -1,0 +1,859 @@
+#include "core/remote_backend.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+
+#include "core/error.hpp"
+#include "core/fd.hpp"
+#include "core/fsutil.hpp"
+#include "core/lazy_libs.hpp"
+#include "core/remote_index.hpp"
+#include "core/units.hpp"
+
+namespace sbx {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------- encodings
+
+namespace {
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+int b64_value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+}  // namespace
+
+std::string base64_encode(std::string_view data) {
+  std::string out;
+  out.reserve((data.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 3 <= data.size(); i += 3) {
+    uint32_t v = uint32_t{static_cast<unsigned char>(data[i])} << 16 |
+                 uint32_t{static_cast<unsigned char>(data[i + 1])} << 8 | static_cast<unsigned char>(data[i + 2]);
+    for (int shift = 18; shift >= 0; shift -= 6) out += kB64[(v >> shift) & 63];
+  }
+  size_t rest = data.size() - i;
+  if (rest > 0) {
+    uint32_t v = uint32_t{static_cast<unsigned char>(data[i])} << 16;
+    if (rest == 2) v |= uint32_t{static_cast<unsigned char>(data[i + 1])} << 8;
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += rest == 2 ? kB64[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+std::string base64_decode(std::string_view text) {
+  size_t pad = 0;
+  while (pad < 2 && !text.empty() && text.back() == '=') {
+    text.remove_suffix(1);
+    ++pad;
+  }
+  if (text.size() % 4 == 1 || (pad > 0 && (text.size() + pad) % 4 != 0))
+    throw Error(Errc::invalid_argument, "malformed base64: wrong length");
+  std::string out;
+  out.reserve(text.size() * 3 / 4);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : text) {
+    int v = b64_value(c);
+    if (v < 0) throw Error(Errc::invalid_argument, "malformed base64: unexpected character");
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xFF);
+      acc &= (1u << bits) - 1;
+    }
+  }
+  return out;
+}
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    uint32_t min;
+    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1Fu, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0Fu, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07u, min = 0x10000;
+    else return false;
+    if (s.size() - i < len) return false;
+    for (size_t k = 1; k < len; ++k) {
+      auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- request/stream forms
+
+json spec_request_json(const SandboxSpec& spec) {
+  json j = json::object();
+  if (!spec.driver.empty() && spec.driver != "remote") j["driver"] = spec.driver;
+  if (!spec.image.empty()) j["image"] = spec.image;
+  json limits = json::object();
+  if (spec.limits.cpus > 0) limits["cpus"] = spec.limits.cpus;
+  if (spec.limits.memory_mb) limits["memory_mb"] = spec.limits.memory_mb;
+  if (spec.limits.pids) limits["pids"] = spec.limits.pids;
+  if (spec.limits.disk_mb) limits["disk_mb"] = spec.limits.disk_mb;
+  if (!limits.empty()) j["limits"] = limits;
+  if (!spec.network.empty()) j["network"] = spec.network;
+  if (spec.idle_timeout_s != kUseDefault) j["idle_timeout_s"] = spec.idle_timeout_s;
+  if (spec.ttl_s != kUseDefault) j["ttl_s"] = spec.ttl_s;
+  if (spec.persistent) j["persistent"] = true;
+  if (!spec.env.empty()) j["env"] = spec.env;
+  if (!spec.labels.empty()) j["labels"] = spec.labels;
+  if (!spec.workdir.empty()) j["workdir"] = spec.workdir;
+  return j;
+}
+
+namespace {
+// One output line can be a whole buffer of the command's output, but never unbounded.
+constexpr size_t kMaxLine = 64u << 20;
+
+std::string str_field(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+}  // namespace
+
+NdjsonExecParser::NdjsonExecParser(Sink on_stdout, Sink on_stderr)
+    : on_stdout_(std::move(on_stdout)), on_stderr_(std::move(on_stderr)) {}
+
+void NdjsonExecParser::feed(std::string_view data) {
+  while (!data.empty()) {
+    size_t nl = data.find('\n');
+    if (nl == std::string_view::npos) {
+      if (partial_.size() + data.size() > kMaxLine)
+        throw Error(Errc::protocol, "the manager sent an exec stream line longer than " + format_size(kMaxLine));
+      partial_.append(data);
+      return;
+    }
+    if (partial_.empty()) {
+      line(data.substr(0, nl));
+    } else {
+      partial_.append(data.substr(0, nl));
+      std::string whole = std::move(partial_);
+      partial_.clear();
+      line(whole);
+    }
+    data.remove_prefix(nl + 1);
+  }
+}
+
+void NdjsonExecParser::finish() {
+  if (partial_.empty()) return;
+  std::string whole = std::move(partial_);
+  partial_.clear();
+  line(whole);
+}
+
+void NdjsonExecParser::line(std::string_view text) {
+  while (!text.empty() && (text.back() == '\r' || text.back() == ' ')) text.remove_suffix(1);
+  if (text.empty()) return;
+  if (done_) throw Error(Errc::protocol, "the manager sent output after the exec's exit line");
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) throw Error(Errc::protocol, "the manager sent an exec stream line that is not a JSON object");
+  auto emit = [&](const char* key, const char* b64_key, const Sink& sink) {
+    auto it = j.find(key);
+    if (it != j.end() && it->is_string()) {
+      if (sink) sink(it->get_ref<const std::string&>());
+    }
+    auto b = j.find(b64_key);
+    if (b != j.end() && b->is_string()) {
+      std::string bytes;
+      try {
+        bytes = base64_decode(b->get_ref<const std::string&>());
+      } catch (const Error&) {
+        throw Error(Errc::protocol, std::string("the manager sent malformed base64 in ") + b64_key);
+      }
+      if (sink) sink(bytes);
+    }
+  };
+  emit("stdout", "stdout_b64", on_stdout_);
+  emit("stderr", "stderr_b64", on_stderr_);
+  auto ex = j.find("exit");
+  if (ex != j.end()) {
+    if (!ex->is_object()) throw Error(Errc::protocol, "the manager's exit line is not an object");
+    try {
+      result_ = ex->get<ExecResult>();
+    } catch (const Error& e) {
+      throw Error(Errc::protocol, "the manager's exit line is malformed: " + e.message());
+    }
+    error_ = str_field(*ex, "error");
+    done_ = true;
+  }
+}
+
+bool StripRootSource::next(FileEntry& entry) {
+  if (!inner_.next(entry)) return false;
+  size_t slash = entry.path.find('/');
+  std::string first = entry.path.substr(0, slash);
+  if (!root_) root_ = first;
+  else if (first != *root_)
+    throw Error(Errc::protocol, "the manager's tar holds '" + entry.path + "' outside its root '" + *root_ + "'");
+  entry.path = slash == std::string::npos ? std::string() : entry.path.substr(slash + 1);
+  return true;
+}
+
+// ---------------------------------------------------------------- HTTP over libcurl
+
+namespace {
+
+constexpr long kConnectTimeoutMs = 2000;
+constexpr long kCallTimeoutMs = 30000;
+// A JSON answer (a list of every sandbox) may be large; an error body is shown, so it is cut short.
+constexpr size_t kMaxJsonAnswer = 64u << 20;
+constexpr size_t kMaxErrorBody = 64u << 10;
+
+const CurlApi& cu() { return curl_api(); }
+
+class CurlHandle {
+ public:
+  CurlHandle() : h_(cu().curl_easy_init()) {
+    if (!h_) throw Error(Errc::internal, "curl_easy_init failed");
+  }
+  ~CurlHandle() { cu().curl_easy_cleanup(h_); }
+  CurlHandle(const CurlHandle&) = delete;
+  CurlHandle& operator=(const CurlHandle&) = delete;
+  CURL* get() const { return h_; }
+  template <class T>
+  void set(CURLoption opt, T value) {
+    if (cu().curl_easy_setopt(h_, opt, value) != CURLE_OK)
+      throw Error(Errc::internal, "libcurl refused option " + std::to_string(static_cast<int>(opt)));
+  }
+
+ private:
+  CURL* h_;
+};
+
+class HeaderList {
+ public:
+  HeaderList() = default;
+  ~HeaderList() {
+    if (list_) cu().curl_slist_free_all(list_);
+  }
+  HeaderList(const HeaderList&) = delete;
+  HeaderList& operator=(const HeaderList&) = delete;
+  void add(const std::string& h) {
+    curl_slist* n = cu().curl_slist_append(list_, h.c_str());
+    if (!n) throw Error(Errc::internal, "out of memory building HTTP headers");
+    list_ = n;
+  }
+  curl_slist* get() const { return list_; }
+
+ private:
+  curl_slist* list_ = nullptr;
+};
+
+std::string url_escape(std::string_view s) {
+  if (s.size() > (1u << 20)) throw Error(Errc::invalid_argument, "a path of " + format_size(s.size()) + " is too long");
+  CurlHandle h;
+  char* out = cu().curl_easy_escape(h.get(), s.data(), static_cast<int>(s.size()));
+  if (!out) throw Error(Errc::internal, "curl_easy_escape failed");
+  std::string r(out);
+  cu().curl_free(out);
+  return r;
+}
+
+struct Request {
+  std::string method = "GET";
+  std::string url;    ///< the full URL
+  std::string shown;  ///< the manager's URL as messages show it
+  std::string api_key;
+  std::vector<std::string> headers;
+  std::string body;  ///< sent for POST
+  int upload_fd = -1;  ///< sent for PUT
+  uint64_t upload_size = 0;
+  long timeout_ms = kCallTimeoutMs;  ///< 0 = none
+  long connect_timeout_ms = kConnectTimeoutMs;
+  bool stall_limit = false;  ///< abort when nothing moves for 30 s (for long transfers without a total timeout)
+  std::function<void(std::string_view)> on_body;  ///< receives a 2xx body; otherwise it is collected
+  std::function<bool()> abort;                    ///< polled during the transfer; true stops it
+};
+
+struct Response {
+  CURLcode rc = CURLE_OK;
+  long status = 0;
+  std::string body;
+  long os_errno = 0;
+  std::string curl_message;
+  double seconds = 0;
+};
+
+// What the C callbacks share; exceptions are parked here, never thrown across libcurl.
+struct Transfer {
+  Transfer(const Request& rq, Response& rs, CURL* handle) : req(rq), res(rs), h(handle) {}
+  const Request& req;
+  Response& res;
+  CURL* h;
+  bool status_known = false;
+  bool success = false;
+  std::exception_ptr failure;
+};
+
+size_t on_write(char* data, size_t size, size_t n, void* p) {
+  auto* t = static_cast<Transfer*>(p);
+  size_t len = size * n;
+  try {
+    if (!t->status_known) {
+      long st = 0;
+      cu().curl_easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &st);
+      t->res.status = st;
+      t->success = st >= 200 && st < 300;
+      t->status_known = true;
+    }
+    std::string_view chunk(data, len);
+    if (t->success && t->req.on_body) {
+      t->req.on_body(chunk);
+    } else if (t->success) {
+      if (t->res.body.size() + len > kMaxJsonAnswer)
+        throw Error(Errc::protocol, "the manager's answer is larger than " + format_size(kMaxJsonAnswer));
+      t->res.body.append(chunk);
+    } else if (t->res.body.size() < kMaxErrorBody) {
+      t->res.body.append(chunk.substr(0, kMaxErrorBody - t->res.body.size()));
+    }
+    return len;
+  } catch (...) {
+    t->failure = std::current_exception();
+    return 0;
+  }
+}
+
+size_t on_read(char* buf, size_t size, size_t n, void* p) {
+  auto* t = static_cast<Transfer*>(p);
+  for (;;) {
+    ssize_t got = ::read(t->req.upload_fd, buf, size * n);
+    if (got >= 0) return static_cast<size_t>(got);
+    if (errno == EINTR) continue;
+    t->failure = std::make_exception_ptr(sys_error("cannot read the upload's temporary file", errno));
+    return CURL_READFUNC_ABORT;
+  }
+}
+
+int on_progress(void* p, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(p);
+  try {
+    return t->req.abort() ? 1 : 0;
+  } catch (...) {
+    t->failure = std::current_exception();
+    return 1;
+  }
+}
+
+// Runs one request. HTTP error statuses are returned, not thrown; an
+// exception raised inside a callback is rethrown here.
+Response perform(const Request& req) {
+  Response res;
+  CurlHandle h;
+  HeaderList headers;
+  Transfer t(req, res, h.get());
+  char errbuf[CURL_ERROR_SIZE] = {};
+  h.set(CURLOPT_URL, req.url.c_str());
+  h.set(CURLOPT_NOSIGNAL, 1L);
+  h.set(CURLOPT_ERRORBUFFER, errbuf);
+  h.set(CURLOPT_USERAGENT, "sbx/" SBX_VERSION);
+  h.set(CURLOPT_CONNECTTIMEOUT_MS, req.connect_timeout_ms);
+  h.set(CURLOPT_TIMEOUT_MS, req.timeout_ms);
+  // Exec streams have no total timeout, so keepalive is what notices a vanished manager.
+  h.set(CURLOPT_TCP_KEEPALIVE, 1L);
+  if (req.stall_limit) {
+    h.set(CURLOPT_LOW_SPEED_LIMIT, 1L);
+    h.set(CURLOPT_LOW_SPEED_TIME, 30L);
+  }
+  if (const char* ca = std::getenv("SBX_CA_FILE"); ca && *ca) h.set(CURLOPT_CAINFO, ca);
+  if (!req.api_key.empty()) headers.add("X-API-Key: " + req.api_key);
+  for (auto& extra : req.headers) headers.add(extra);
+  if (req.method == "POST") {
+    h.set(CURLOPT_POST, 1L);
+    h.set(CURLOPT_POSTFIELDS, req.body.data());
+    h.set(CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+  } else if (req.method == "PUT") {
+    h.set(CURLOPT_UPLOAD, 1L);
+    h.set(CURLOPT_READFUNCTION, &on_read);
+    h.set(CURLOPT_READDATA, &t);
+    h.set(CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.upload_size));
+    // Without this curl waits up to a second for a "100 Continue" some servers never send.
+    headers.add("Expect:");
+  } else if (req.method != "GET") {
+    h.set(CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  }
+  h.set(CURLOPT_HTTPHEADER, headers.get());
+  h.set(CURLOPT_WRITEFUNCTION, &on_write);
+  h.set(CURLOPT_WRITEDATA, &t);
+  if (req.abort) {
+    h.set(CURLOPT_NOPROGRESS, 0L);
+    h.set(CURLOPT_XFERINFOFUNCTION, &on_progress);
+    h.set(CURLOPT_XFERINFODATA, &t);
+  }
+  res.rc = cu().curl_easy_perform(h.get());
+  if (t.failure) std::rethrow_exception(t.failure);
+  cu().curl_easy_getinfo(h.get(), CURLINFO_RESPONSE_CODE, &res.status);
+  cu().curl_easy_getinfo(h.get(), CURLINFO_OS_ERRNO, &res.os_errno);
+  cu().curl_easy_getinfo(h.get(), CURLINFO_TOTAL_TIME, &res.seconds);
+  res.curl_message = errbuf[0] ? errbuf : cu().curl_easy_strerror(res.rc);
+  return res;
+}
+
+bool tls_failure(CURLcode rc) {
+  return rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_SSL_CACERT_BADFILE ||
+         rc == CURLE_SSL_CERTPROBLEM;
+}
+
+[[noreturn]] void throw_transport(const Request& req, const Response& res) {
+  bool connecting = res.rc == CURLE_COULDNT_CONNECT || res.rc == CURLE_COULDNT_RESOLVE_HOST ||
+                    res.rc == CURLE_COULDNT_RESOLVE_PROXY || tls_failure(res.rc) ||
+                    (res.rc == CURLE_OPERATION_TIMEDOUT && res.status == 0);
+  std::string why = res.rc == CURLE_COULDNT_CONNECT && res.os_errno > 0
+                        ? std::strerror(static_cast<int>(res.os_errno))
+                        : res.curl_message;
+  Error e(Errc::unavailable, "manager " + req.shown + (connecting ? " unreachable: " : " failed: ") + why);
+  if (tls_failure(res.rc)) e.set_hint("for a manager with a self-signed certificate, set SBX_CA_FILE to its CA file");
+  else if (connecting) e.set_hint("check SANDBOX_MANAGER_URL and that sbx serve runs there");
+  throw e;
+}
+
+std::optional<Errc> errc_named(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(Errc::internal); ++i)
+    if (code_name(static_cast<Errc>(i)) == name) return static_cast<Errc>(i);
+  return std::nullopt;
+}
+
+Errc errc_for_status(long status) {
+  switch (status) {
+    case 400: return Errc::invalid_argument;
+    case 401: return Errc::unauthenticated;
+    case 403: return Errc::forbidden;
+    case 404: return Errc::not_found;
+    case 409: return Errc::conflict;
+    case 413:
+    case 429: return Errc::limit_exceeded;
+    case 503: return Errc::unavailable;
+    case 504: return Errc::timeout;
+    default: return status >= 500 ? Errc::internal : Errc::protocol;
+  }
+}
+
+// The first line of a body, short enough for a message.
+std::string snippet(const std::string& body) {
+  std::string s = body.substr(0, body.find('\n'));
+  while (!s.empty() && (s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  if (s.size() > 120) s = s.substr(0, 117) + "...";
+  return valid_utf8(s) ? s : std::string();
+}
+
+[[noreturn]] void throw_http(const Request& req, const Response& res) {
+  json j = json::parse(res.body, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    const json& e = j["error"];
+    Errc code = errc_named(str_field(e, "code")).value_or(errc_for_status(res.status));
+    std::string message = str_field(e, "message");
+    Error err(code, message.empty() ? "manager " + req.shown + " answered HTTP " + std::to_string(res.status) : message);
+    std::string hint = str_field(e, "hint");
+    if (hint.empty() && code == Errc::unauthenticated) hint = "set ADMIN_API_KEY to the manager's key";
+    if (!hint.empty()) err.set_hint(hint);
+    throw err;
+  }
+  // The status alone is unambiguous for these, whoever (a proxy?) wrote the body.
+  if (res.status == 401)
+    throw Error(Errc::unauthenticated, "manager " + req.shown + " refused the API key")
+        .set_hint("set ADMIN_API_KEY to the manager's key");
+  if (res.status == 403) throw Error(Errc::forbidden, "manager " + req.shown + " denied this API key the operation");
+  std::string text = snippet(res.body);
+  throw Error(Errc::unavailable,
+              "manager " + req.shown + " answered HTTP " + std::to_string(res.status) + (text.empty() ? "" : ": " + text));
+}
+
+// perform, with every failure turned into an sbx::Error.
+Response perform_checked(const Request& req) {
+  Response res = perform(req);
+  if (res.rc != CURLE_OK) throw_transport(req, res);
+  if (res.status < 200 || res.status >= 300) throw_http(req, res);
+  return res;
+}
+
+// Converts whatever a malformed answer throws into one protocol error.
+template <class F>
+auto decode(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    throw Error(Errc::protocol, "the manager sent " + what + " sbx cannot read: " + e.what());
+  }
+}
+
+// Hides user:password@ of a URL in anything shown.
+std::string redact(const std::string& url) {
+  size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  size_t host = scheme + 3;
+  size_t end = url.find('/', host);
+  size_t at = url.rfind('@', end == std::string::npos ? url.size() : end);
+  if (at == std::string::npos || at < host) return url;
+  return url.substr(0, host) + "***@" + url.substr(at + 1);
+}
+
+std::string normalized_url(std::string url) {
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url;
+}
+
+bool http_url(const std::string& url) { return url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0; }
+
+Fd temp_file() {
+  char tmpl[] = "/tmp/sbx-remote-XXXXXX";
+  Fd fd(::mkostemp(tmpl, O_CLOEXEC));
+  if (!fd) throw sys_error("cannot create a temporary file in /tmp", errno);
+  ::unlink(tmpl);  // nothing is left behind, whatever happens next
+  return fd;
+}
+
+std::string read_all_fd(int fd, size_t cap) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw sys_error("cannot read stdin", errno);
+    if (n == 0) return out;
+    if (out.size() + static_cast<size_t>(n) > cap)
+      throw Error(Errc::limit_exceeded, "stdin for a remote exec is sent whole and is over " + format_size(cap));
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// A pending signal number on the self-pipe, or 0.
+int pending_signal(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0 || !(p.revents & (POLLIN | POLLHUP))) return 0;
+  int sig = 0;
+  ssize_t n = ::read(fd, &sig, sizeof sig);
+  if (n == static_cast<ssize_t>(sizeof sig) && sig > 0 && sig < 128) return sig;
+  return n > 0 ? 2 : 0;  // a torn write still means the user wants out: SIGINT
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- RemoteBackend
+
+RemoteBackend::RemoteBackend(const Config& cfg, std::string url, std::string api_key)
+    : state_dir_(cfg.state_dir), url_(normalized_url(std::move(url))), api_key_(std::move(api_key)) {
+  if (!http_url(url_))
+    throw Error(Errc::invalid_argument, "manager URL '" + redact(url_) + "' is not an http:// or https:// URL")
+        .set_hint("set SANDBOX_MANAGER_URL, e.g. http://manager:8000");
+}
+
+std::string RemoteBackend::sandbox_path(const std::string& id) const { return "/v1/sandboxes/" + url_escape(id); }
+
+json RemoteBackend::call_json(const std::string& method, const std::string& path, const json* body) {
+  Request req;
+  req.method = method;
+  req.url = url_ + path;
+  req.shown = redact(url_);
+  req.api_key = api_key_;
+  req.headers.push_back("Accept: application/json");
+  if (body) {
+    req.body = body->dump();
+    req.headers.push_back("Content-Type: application/json");
+  } else if (method == "POST") {
+    req.body = "{}";
+    req.headers.push_back("Content-Type: application/json");
+  }
+  Response res = perform_checked(req);
+  if (res.body.empty()) return json();
+  return decode("an answer", [&] { return json::parse(res.body); });
+}
+
+SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
+  json body = spec_request_json(spec);
+  json answer = call_json("POST", "/v1/sandboxes", &body);
+  auto rec = decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); });
+  try {
+    remember_remote(state_dir_, rec.id, url_);
+  } catch (Error& e) {
+    // An unremembered sandbox could not be reached by id again: do not leave it running.
+    try {
+      call_json("DELETE", sandbox_path(rec.id), nullptr);
+    } catch (const Error&) {
+    }
+    e.add_context("sandbox " + rec.id + " was removed again: its location cannot be recorded in " + state_dir_);
+    throw;
+  }
+  return rec;
+}
+
+ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
+  // JSON strings carry only UTF-8; checked before stdin is consumed.
+  for (auto& a : req.argv)
+    if (!valid_utf8(a)) throw Error(Errc::invalid_argument, "command arguments must be UTF-8 for a remote exec");
+  for (auto& [k, v] : req.env)
+    if (!valid_utf8(k) || !valid_utf8(v))
+      throw Error(Errc::invalid_argument, "environment variables must be UTF-8 for a remote exec");
+  json body{{"cmd", req.argv}};
+  if (!req.env.empty()) body["env"] = req.env;
+  if (!req.cwd.empty()) body["cwd"] = req.cwd;
+  if (req.timeout_ms) body["timeout_s"] = static_cast<double>(req.timeout_ms) / 1000.0;
+  if (req.stdin_open) {
+    std::string data = io.stdin_fd >= 0 ? read_all_fd(io.stdin_fd, 256u << 20) : io.stdin_data;
+    if (valid_utf8(data)) body["stdin"] = std::move(data);
+    else body["stdin_b64"] = base64_encode(data);
+  }
+
+  NdjsonExecParser parser(io.on_stdout, io.on_stderr);
+  int sig = 0;
+  Request r;
+  r.method = "POST";
+  r.url = url_ + sandbox_path(id) + "/exec";
+  r.shown = redact(url_);
+  r.api_key = api_key_;
+  r.headers = {"Content-Type: application/json", "Accept: application/x-ndjson"};
+  r.body = body.dump();
+  r.timeout_ms = 0;  // commands run as long as they need; their own timeout_s bounds them
+  r.on_body = [&](std::string_view chunk) { parser.feed(chunk); };
+  if (io.signal_fd >= 0) r.abort = [&] { return (sig = pending_signal(io.signal_fd)) != 0; };
+  Response res = perform(r);
+  if (sig) {
+    // Dropping the connection is the protocol's kill: the manager ends the process tree.
+    ExecResult killed;
+    killed.exit_code = 128 + sig;
+    killed.signal = sig;
+    return killed;
+  }
+  if (res.rc != CURLE_OK) throw_transport(r, res);
+  if (res.status < 200 || res.status >= 300) throw_http(r, res);
+  parser.finish();
+  if (!parser.done()) throw Error(Errc::protocol, "the manager closed the stream before the command finished");
+  io.error = parser.error();
+  return parser.result();
+}
+
+std::vector<SandboxRecord> RemoteBackend::list() {
+  json answer = call_json("GET", "/v1/sandboxes", nullptr);
+  return decode("a sandbox list", [&] { return answer.at("sandboxes").get<std::vector<SandboxRecord>>(); });
+}
+
+SandboxRecord RemoteBackend::get(const std::string& id) {
+  json answer = call_json("GET", sandbox_path(id), nullptr);
+  return decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); });
+}
+
+void RemoteBackend::remove(const std::string& id) {
+  try {
+    call_json("DELETE", sandbox_path(id), nullptr);
+  } catch (const Error& e) {
+    if (e.code() == Errc::not_found) forget_remote(state_dir_, id);
+    throw;
+  }
+  forget_remote(state_dir_, id);
+}
+
+GcReport RemoteBackend::gc(bool dry_run) {
+  json body{{"dry_run", dry_run}};
+  json answer = call_json("POST", "/v1/gc", &body);
+  return decode("a gc report", [&] {
+    GcReport report;
+    for (auto& a : answer.at("actions")) {
+      GcAction act;
+      act.kind = str_field(a, "kind");
+      act.target = str_field(a, "target");
+      act.reason = str_field(a, "reason");
+      act.done = a.value("done", false);
+      act.error = str_field(a, "error");
+      report.actions.push_back(std::move(act));
+    }
+    return report;
+  });
+}
+
+std::optional<FileEntry> RemoteBackend::stat(const std::string& id, const std::string& path) {
+  json answer;
+  try {
+    answer = call_json("GET", sandbox_path(id) + "/stat?path=" + url_escape(path), nullptr);
+  } catch (const Error& e) {
+    if (e.code() != Errc::not_found) throw;
+    get(id);  // a missing sandbox must not read as a missing path
+    return std::nullopt;
+  }
+  auto entry = decode("a file entry", [&] { return answer.get<FileEntry>(); });
+  entry.path.clear();  // as the local backend: the entry of the path itself
+  return entry;
+}
+
+uint64_t RemoteBackend::put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) {
+  std::string t = target;
+  while (t.size() > 1 && t.back() == '/') t.pop_back();
+  size_t slash = t.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : t.substr(0, slash);
+  std::string base = slash == std::string::npos ? t : t.substr(slash + 1);
+  // Spooled to a file: the tar can be far larger than memory, and its size must be known up front.
+  Fd tmp = temp_file();
+  uint64_t moved;
+  {
+    auto sink = tar_sink(tmp.get(), base);
+    moved = transfer(source, *sink, max_bytes);
+  }
+  off_t size = ::lseek(tmp.get(), 0, SEEK_END);
+  if (size < 0 || ::lseek(tmp.get(), 0, SEEK_SET) < 0) throw sys_error("cannot rewind the upload's temporary file", errno);
+  Request r;
+  r.method = "PUT";
+  r.url = url_ + sandbox_path(id) + "/files?path=" + url_escape(dir);
+  r.shown = redact(url_);
+  r.api_key = api_key_;
+  r.headers = {"Content-Type: application/x-tar"};
+  r.upload_fd = tmp.get();
+  r.upload_size = static_cast<uint64_t>(size);
+  r.timeout_ms = 0;
+  r.stall_limit = true;
+  with_context("copying into " + id + ":" + target, [&] { perform_checked(r); });
+  return moved;
+}
+
+uint64_t RemoteBackend::get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) {
+  // Headers and padding can outweigh tiny files, so the tar may exceed the content limit by a margin.
+  constexpr uint64_t kSlack = 64ull << 20;
+  uint64_t cap = max_bytes > (UINT64_MAX - kSlack) / 2 ? UINT64_MAX : max_bytes * 2 + kSlack;
+  Fd tmp = temp_file();
+  uint64_t received = 0;
+  Request r;
+  r.url = url_ + sandbox_path(id) + "/files?path=" + url_escape(path) + "&format=tar";
+  r.shown = redact(url_);
+  r.api_key = api_key_;
+  r.headers = {"Accept: application/x-tar"};
+  r.timeout_ms = 0;
+  r.stall_limit = true;
+  r.on_body = [&](std::string_view chunk) {
+    received += chunk.size();
+    if (received > cap)
+      throw Error(Errc::limit_exceeded, "the copy exceeds the limit of " + format_size(max_bytes) + " (its tar passed " +
+                                            format_size(cap) + ")")
+          .set_hint("raise it with --max-size or cp_max_size in the config");
+    write_all(tmp.get(), chunk);
+  };
+  with_context("copying from " + id + ":" + path, [&] { perform_checked(r); });
+  if (::lseek(tmp.get(), 0, SEEK_SET) < 0) throw sys_error("cannot rewind the download's temporary file", errno);
+  auto raw = tar_source(tmp.get());
+  // The manager tars "/" as "." (no named root), which tar_source already strips.
+  if (path == "/") return transfer(*raw, sink, max_bytes);
+  StripRootSource stripped(*raw);
+  return transfer(stripped, sink, max_bytes);
+}
+
+// ---------------------------------------------------------------- health
+
+namespace {
+
+constexpr int64_t kHealthCacheMs = 5000;
+
+// Returns true (and the cached verdict in `reason`) for a fresh entry about url.
+bool cached_health(const std::string& file, const std::string& url, std::optional<std::string>& reason) {
+  std::optional<std::string> text;
+  try {
+    text = read_file_if_exists(file);
+  } catch (const Error&) {
+    return false;
+  }
+  if (!text) return false;
+  json j = json::parse(*text, nullptr, false);
+  if (!j.is_object() || str_field(j, "url") != url) return false;
+  auto checked = j.find("checked_ms");
+  auto ok = j.find("ok");
+  if (checked == j.end() || !checked->is_number_integer() || ok == j.end() || !ok->is_boolean()) return false;
+  int64_t age = now_ms() - checked->get<int64_t>();
+  if (age < 0 || age >= kHealthCacheMs) return false;
+  if (ok->get<bool>()) reason.reset();
+  else reason = str_field(j, "reason").empty() ? "unhealthy" : str_field(j, "reason");
+  return true;
+}
+
+std::string lowercase_first(std::string s) {
+  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z') s[0] = static_cast<char>(s[0] - 'A' + 'a');
+  return s;
+}
+
+std::optional<std::string> probe_health(const std::string& api_key, const std::string& url) {
+  if (!http_url(url)) return "'" + redact(url) + "' is not an http:// or https:// URL";
+  Request req;
+  req.url = url + "/healthz";
+  req.shown = redact(url);
+  req.api_key = api_key;
+  req.headers = {"Accept: application/json"};
+  req.connect_timeout_ms = 300;
+  req.timeout_ms = 1500;
+  Response res;
+  try {
+    res = perform(req);
+  } catch (const Error& e) {
+    return e.message();  // libcurl missing, out of memory
+  }
+  if (res.rc == CURLE_OPERATION_TIMEDOUT)
+    return res.seconds < 1.0 ? "could not connect within 0.3 s" : "timed out after 1.5 s";
+  if (res.rc == CURLE_COULDNT_CONNECT && res.os_errno > 0)
+    return lowercase_first(std::strerror(static_cast<int>(res.os_errno)));
+  if (res.rc != CURLE_OK) return lowercase_first(res.curl_message);
+  json j = json::parse(res.body, nullptr, false);
+  if (res.status == 200) {
+    if (j.is_object()) return std::nullopt;
+    return "HTTP 200 without a JSON body (is this an sbx manager?)";
+  }
+  std::string prefix = "HTTP " + std::to_string(res.status) + ": ";
+  if (res.status == 401) return prefix + "the API key was refused";
+  std::string text;
+  if (j.is_object()) {
+    if (j.contains("error") && j["error"].is_object()) text = str_field(j["error"], "message");
+    if (text.empty()) text = str_field(j, "status");
+    if (text.empty()) text = str_field(j, "reason");
+  } else {
+    text = snippet(res.body);
+  }
+  return prefix + (text.empty() ? "no details" : text);
+}
+
+}  // namespace
+
+std::optional<std::string> check_manager_health(const Config& cfg, const std::string& url) {
+  // Redacted: the cache is world-readable and must not hold a password from the URL.
+  std::string base = redact(normalized_url(url));
+  std::string file = cfg.state_dir.empty() ? std::string() : cfg.state_dir + "/remote-health.json";
+  std::optional<std::string> reason;
+  if (!file.empty() && cached_health(file, base, reason)) return reason;
+  reason = probe_health(cfg.api_key, normalized_url(url));
+  if (!file.empty()) {
+    json entry{{"url", base}, {"ok", !reason}, {"reason", reason.value_or("")}, {"checked_ms", now_ms()}};
+    try {
+      make_dirs(cfg.state_dir, 0755);
+      write_file_atomic(file, entry.dump() + "\n", 0644, Durability::survive_process);
+    } catch (const Error&) {
+      // A read-only state dir only costs the next call another check.
+    }
+  }
+  return reason;
+}
+
+}  // namespace sbx

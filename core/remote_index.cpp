@@ -1,0 +1,78 @@
+#include "core/remote_index.hpp"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+#include "core/spec.hpp"
+
+namespace sbx {
+
+namespace {
+
+std::string index_dir(const std::string& state_dir) { return state_dir + "/remote"; }
+
+// Ids arrive from users and managers; only a well-formed id may become a file name.
+std::optional<std::string> entry_path(const std::string& state_dir, const std::string& id) {
+  if (!valid_sandbox_id(id)) return std::nullopt;
+  return index_dir(state_dir) + "/" + id;
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+void remember_remote(const std::string& state_dir, const std::string& id, const std::string& url) {
+  auto path = entry_path(state_dir, id);
+  if (!path) throw Error(Errc::invalid_argument, "'" + id + "' is not a sandbox id");
+  if (url.empty() || url.find('\n') != std::string::npos)
+    throw Error(Errc::invalid_argument, "cannot remember sandbox " + id + ": bad manager URL");
+  make_dirs(index_dir(state_dir), 0755);
+  // A lost index entry only strands the sandbox until its idle timeout, so no fsync.
+  write_file_atomic(*path, url + "\n", 0644, Durability::survive_process);
+}
+
+std::optional<std::string> remote_location(const std::string& state_dir, const std::string& id) {
+  auto path = entry_path(state_dir, id);
+  if (!path) return std::nullopt;
+  auto text = read_file_if_exists(*path);
+  if (!text) return std::nullopt;
+  std::string url = trimmed(*text);
+  if (url.empty()) return std::nullopt;
+  return url;
+}
+
+void forget_remote(const std::string& state_dir, const std::string& id) {
+  auto path = entry_path(state_dir, id);
+  if (!path) return;
+  if (::unlink(path->c_str()) != 0 && errno != ENOENT) throw sys_error("cannot remove " + *path, errno);
+}
+
+std::vector<std::pair<std::string, std::string>> remote_sandboxes(const std::string& state_dir) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string dir = index_dir(state_dir);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) {
+    if (errno == ENOENT) return out;
+    throw sys_error("cannot list " + dir, errno);
+  }
+  std::vector<std::string> ids;
+  while (dirent* ent = ::readdir(d)) {
+    // Skips ".", "..", and write_file_atomic's temp files.
+    if (valid_sandbox_id(ent->d_name)) ids.emplace_back(ent->d_name);
+  }
+  ::closedir(d);
+  std::sort(ids.begin(), ids.end());
+  for (auto& id : ids)
+    if (auto url = remote_location(state_dir, id)) out.emplace_back(id, *url);
+  return out;
+}
+
+}  // namespace sbx

@@ -1,0 +1,273 @@
+#include "core/server/http_server.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+#include "core/lazy_libs.hpp"
+
+namespace sbx::server {
+
+namespace {
+
+constexpr size_t kMaxPathBytes = 4096;
+
+// Everything known about one request across libmicrohttpd's callbacks.
+struct Exchange {
+  HttpRequest req;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  std::string key_name = "-";
+  int status = 0;
+  bool answered = false;  // a response was queued early (auth, size)
+  bool too_large = false;
+  bool spool = false;     // file uploads go to disk, not memory
+  Fd spool_fd;
+  uint64_t received = 0;
+};
+
+struct StreamHolder {
+  std::shared_ptr<ResponseStream> stream;
+};
+
+std::string json_escape(const std::string& s) { return nlohmann::json(s).dump(); }
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Api& api;
+  HttpOptions opts;
+  const MhdApi* m = nullptr;
+  MHD_Daemon* daemon = nullptr;
+  int listen_fd = -1;
+  uint16_t bound_port = 0;
+
+  Impl(Api& a, HttpOptions o) : api(a), opts(std::move(o)) {}
+
+  MHD_Result queue(MHD_Connection* c, Exchange& ex, HttpResponse r) {
+    MHD_Response* resp = nullptr;
+    if (r.stream) {
+      auto* holder = new StreamHolder{r.stream};
+      resp = m->MHD_create_response_from_callback(
+          MHD_SIZE_UNKNOWN, 32 * 1024,
+          [](void* cls, uint64_t, char* buf, size_t max) -> ssize_t {
+            ssize_t n = static_cast<StreamHolder*>(cls)->stream->read(buf, max);
+            if (n > 0) return n;
+            return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+          },
+          holder,
+          [](void* cls) {
+            auto* h = static_cast<StreamHolder*>(cls);
+            h->stream->cancel();
+            delete h;
+          });
+    } else if (r.file_fd >= 0) {
+      resp = m->MHD_create_response_from_fd64(r.file_size, r.file_fd);
+    } else {
+      resp = m->MHD_create_response_from_buffer(r.body.size(), r.body.data(), MHD_RESPMEM_MUST_COPY);
+    }
+    if (!resp) return MHD_NO;
+    if (!r.content_type.empty()) m->MHD_add_response_header(resp, "Content-Type", r.content_type.c_str());
+    ex.status = r.status;
+    MHD_Result ok = m->MHD_queue_response(c, static_cast<unsigned>(r.status), resp);
+    m->MHD_destroy_response(resp);
+    return ok;
+  }
+
+  MHD_Result early(MHD_Connection* c, Exchange& ex, const Error& e) {
+    ex.answered = true;
+    return queue(c, ex, Api::error_response(e));
+  }
+
+  MHD_Result on_request(MHD_Connection* c, const char* url, const char* method, const char* upload,
+                        size_t* upload_size, void** state) {
+    if (!*state) {
+      auto* ex = new Exchange;
+      *state = ex;
+      ex->req.method = method;
+      ex->req.path = url;
+      if (ex->req.path.size() > kMaxPathBytes)
+        return early(c, *ex, Error(Errc::invalid_argument, "the URL path is longer than 4 KiB"));
+      const char* key = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
+      const ApiKey* who = key ? api.authenticate(key) : nullptr;
+      if (!who)
+        return early(c, *ex, Error(Errc::unauthenticated, key ? "the API key was refused" : "no X-API-Key header")
+                                 .set_hint("send the manager's key in the X-API-Key header"));
+      ex->req.key = who;
+      ex->key_name = who->name;
+      ex->spool = ex->req.method == "PUT";
+      return MHD_YES;
+    }
+    auto* ex = static_cast<Exchange*>(*state);
+    if (ex->answered) {
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    if (*upload_size) {
+      ex->received += *upload_size;
+      if (ex->spool) {
+        if (ex->received > opts.max_upload_bytes) ex->too_large = true;
+        if (!ex->spool_fd && !ex->too_large) {
+          std::string dir = api.config().state_dir + "/tmp";
+          try {
+            make_dirs(dir, 0700);
+          } catch (const Error&) {
+          }
+          ex->spool_fd.reset(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+        }
+        if (ex->spool_fd && !ex->too_large) {
+          try {
+            write_all(ex->spool_fd.get(), std::string_view(upload, *upload_size));
+          } catch (const Error&) {
+            ex->too_large = true;  // disk full: refuse rather than keep half
+          }
+        }
+      } else if (ex->received > api_limits_body()) {
+        ex->too_large = true;
+      } else {
+        ex->req.body.append(upload, *upload_size);
+      }
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    if (ex->too_large) {
+      ex->answered = true;
+      return queue(c, *ex, Api::error_response(Error(Errc::limit_exceeded, "the request body is too large")
+                                                   .set_hint(ex->spool ? "raise cp_max_size" : "JSON bodies are capped at 1 MiB"),
+                                               413));
+    }
+    m->MHD_get_connection_values(
+        c, MHD_GET_ARGUMENT_KIND,
+        [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
+          static_cast<std::map<std::string, std::string>*>(cls)->emplace(k, v ? v : "");
+          return MHD_YES;
+        },
+        &ex->req.query);
+    if (const char* a = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept")) ex->req.accept = a;
+    if (const char* t = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")) ex->req.content_type = t;
+    if (auto* info = m->MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD)) ex->req.client_fd = info->connect_fd;
+    if (ex->spool && !ex->spool_fd) {
+      std::string dir = api.config().state_dir + "/tmp";
+      make_dirs(dir, 0700);
+      ex->spool_fd.reset(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+    }
+    ex->req.body_fd = ex->spool_fd.get();
+    ex->answered = true;
+    return queue(c, *ex, api.handle(ex->req));
+  }
+
+  size_t api_limits_body() const { return 1 << 20; }
+
+  void completed(void** state) {
+    auto* ex = static_cast<Exchange*>(*state);
+    if (!ex) return;
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ex->t0).count();
+    if (opts.json_logs) {
+      std::fprintf(stderr, "{\"ts_ms\":%lld,\"method\":%s,\"path\":%s,\"status\":%d,\"duration_ms\":%.2f,\"key\":%s}\n",
+                   static_cast<long long>(now_ms()), json_escape(ex->req.method).c_str(),
+                   json_escape(ex->req.path).c_str(), ex->status, ms, json_escape(ex->key_name).c_str());
+    } else {
+      std::fprintf(stderr, "%s %s %d %.1fms key=%s\n", ex->req.method.c_str(), ex->req.path.c_str(), ex->status, ms,
+                   ex->key_name.c_str());
+    }
+    delete ex;
+    *state = nullptr;
+  }
+};
+
+HttpServer::HttpServer(Api& api, HttpOptions opts) : impl_(std::make_unique<Impl>(api, std::move(opts))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+uint16_t HttpServer::port() const { return impl_->bound_port; }
+
+void HttpServer::start() {
+  Impl& s = *impl_;
+  s.m = &mhd_api();
+  // Binding here rather than in libmicrohttpd gives a clear error for a taken port and supports port 0.
+  bool v6 = s.opts.host.find(':') != std::string::npos;
+  Fd fd(::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw sys_error("socket", errno);
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(s.opts.port);
+    if (::inet_pton(AF_INET6, s.opts.host.c_str(), &a->sin6_addr) != 1)
+      throw Error(Errc::invalid_argument, "bad listen address '" + s.opts.host + "'");
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(s.opts.port);
+    if (::inet_pton(AF_INET, s.opts.host.c_str(), &a->sin_addr) != 1)
+      throw Error(Errc::invalid_argument, "bad listen address '" + s.opts.host + "'").set_hint("use HOST:PORT, e.g. 0.0.0.0:8000");
+    len = sizeof *a;
+  }
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0)
+    throw sys_error("cannot listen on " + s.opts.host + ":" + std::to_string(s.opts.port), errno)
+        .set_hint("another process holds the port; pick one with --listen");
+  if (::listen(fd.get(), 1024) != 0) throw sys_error("listen", errno);
+  sockaddr_storage got{};
+  socklen_t gl = sizeof got;
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&got), &gl);
+  s.bound_port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
+
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC;
+  if (!s.opts.tls_cert_pem.empty()) flags |= MHD_USE_TLS;
+  auto handler = [](void* cls, MHD_Connection* c, const char* url, const char* method, const char*,
+                    const char* upload, size_t* upload_size, void** state) -> MHD_Result {
+    return static_cast<Impl*>(cls)->on_request(c, url, method, upload, upload_size, state);
+  };
+  auto done = [](void* cls, MHD_Connection*, void** state, MHD_RequestTerminationCode) {
+    static_cast<Impl*>(cls)->completed(state);
+  };
+  using Done = void (*)(void*, MHD_Connection*, void**, MHD_RequestTerminationCode);
+  int lfd = fd.get();
+  if (s.opts.tls_cert_pem.empty()) {
+    s.daemon = s.m->MHD_start_daemon(flags, 0, nullptr, nullptr, +handler, &s, MHD_OPTION_LISTEN_SOCKET, lfd,
+                                     MHD_OPTION_CONNECTION_TIMEOUT, s.opts.idle_timeout_s,
+                                     MHD_OPTION_CONNECTION_MEMORY_LIMIT, s.opts.header_memory,
+                                     MHD_OPTION_CONNECTION_LIMIT, s.opts.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
+                                     static_cast<Done>(done), &s, MHD_OPTION_END);
+  } else {
+    s.daemon = s.m->MHD_start_daemon(flags, 0, nullptr, nullptr, +handler, &s, MHD_OPTION_LISTEN_SOCKET, lfd,
+                                     MHD_OPTION_CONNECTION_TIMEOUT, s.opts.idle_timeout_s,
+                                     MHD_OPTION_CONNECTION_MEMORY_LIMIT, s.opts.header_memory,
+                                     MHD_OPTION_CONNECTION_LIMIT, s.opts.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
+                                     static_cast<Done>(done), &s, MHD_OPTION_HTTPS_MEM_CERT, s.opts.tls_cert_pem.c_str(),
+                                     MHD_OPTION_HTTPS_MEM_KEY, s.opts.tls_key_pem.c_str(), MHD_OPTION_END);
+  }
+  if (!s.daemon)
+    throw Error(Errc::unavailable, "libmicrohttpd could not start the server")
+        .set_hint(s.opts.tls_cert_pem.empty() ? "see the messages above" : "check that --tls-cert and --tls-key are a matching PEM pair");
+  s.listen_fd = fd.release();
+}
+
+void HttpServer::quiesce() {
+  Impl& s = *impl_;
+  if (!s.daemon) return;
+  int fd = s.m->MHD_quiesce_daemon(s.daemon);
+  if (fd >= 0) ::close(fd);
+  s.listen_fd = -1;
+}
+
+void HttpServer::stop() {
+  Impl& s = *impl_;
+  if (!s.daemon) return;
+  s.m->MHD_stop_daemon(s.daemon);
+  s.daemon = nullptr;
+  if (s.listen_fd >= 0) ::close(s.listen_fd);
+  s.listen_fd = -1;
+}
+
+}  // namespace sbx::server
