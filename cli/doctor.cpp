@@ -8,10 +8,17 @@
 #include "backends/drivers.hpp"
 #include "cli/common.hpp"
 #include "core/fsutil.hpp"
+#include "core/remote_probe.hpp"
 
 namespace sbx::cli {
 
 namespace {
+
+std::string fmt_ms(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f ms", ms);
+  return buf;
+}
 
 Probe state_root_probe(const Config& cfg) {
   Probe p{false, "state root " + cfg.state_dir, "", "choose a writable state root with --state-dir or SBX_STATE_DIR"};
@@ -35,6 +42,62 @@ void print_probe(const Probe& p, const char* indent) {
   if (!p.ok && !p.remedy.empty()) std::printf("%s    fix: %s\n", indent, p.remedy.c_str());
 }
 
+// The operator's screen for a manager: each check with its remedy.
+int remote_report(const Config& cfg, const std::string& url, bool as_json) {
+  ManagerProbe p = probe_manager(cfg, url);
+  std::vector<Probe> checks;
+  checks.push_back({p.reachable, "reachable", p.reachable ? "connected in " + fmt_ms(p.rtt_ms) : p.error,
+                    url.rfind("https://", 0) == 0 && p.error.find("certificate") != std::string::npos
+                        ? "the certificate is not trusted: set SBX_CA_FILE to the CA bundle that signed it"
+                        : "check the URL and that `sbx serve` runs there and is reachable from here"});
+  if (p.reachable) {
+    checks.push_back({true, "TLS", p.tls ? "https, certificate verified" : "plain http (use --tls-cert/--tls-key on a network)", ""});
+    bool auth = p.http_status != 401;
+    checks.push_back({auth, "auth", auth ? "the API key was accepted" : "the API key was refused (401)",
+                      "set ADMIN_API_KEY to the manager's key"});
+    if (auth && p.health) {
+      auto& h = *p.health;
+      std::string perms = h.contains("key") ? h["key"].value("permissions", "?") : "?";
+      std::string name = h.contains("key") ? h["key"].value("name", "?") : "?";
+      bool can_run = perms.find("sandboxes:run") != std::string::npos;
+      checks.push_back({can_run, "permissions", "key '" + name + "': " + perms,
+                        "exec needs sandboxes:run; ask the operator for a key that has it"});
+      checks.push_back({true, "manager version", h.value("version", "?"), ""});
+      bool healthy = p.http_status == 200;
+      std::string drivers;
+      for (auto& d : h.value("drivers", nlohmann::json::array()))
+        drivers += (drivers.empty() ? "" : ", ") + d.value("name", "?") + (d.value("ok", false) ? " ok" : " FAILING");
+      checks.push_back({healthy, "health", std::string(healthy ? "healthy" : h.value("status", "unhealthy")) +
+                                               " (default driver " + h.value("default_driver", "?") + "; " + drivers + ")",
+                        "run `sbx doctor` on the manager's host"});
+      if (h.contains("sandboxes"))
+        checks.push_back({true, "sandboxes", std::to_string(h["sandboxes"].value("total", 0)) + " " +
+                                                 h["sandboxes"].value("by_state", nlohmann::json::object()).dump(),
+                          ""});
+      checks.push_back({p.rtt_ms < 100, "round trip", fmt_ms(p.rtt_ms), "the manager is far or loaded"});
+      if (p.clock_skew_ms) {
+        bool ok = std::llabs(*p.clock_skew_ms) < 2000;
+        checks.push_back({ok, "clock skew", std::to_string(*p.clock_skew_ms) + " ms", "sync both clocks (NTP): idle timeouts and TTLs depend on them"});
+      }
+    } else if (auth) {
+      checks.push_back({false, "health", "HTTP " + std::to_string(p.http_status) + " without a JSON body",
+                        "is this an sbx manager? check the URL"});
+    }
+  }
+  bool ok = true;
+  for (auto& c : checks) ok = ok && (c.ok || c.advisory);
+  if (as_json) {
+    nlohmann::json j{{"url", url}, {"ok", ok}, {"checks", nlohmann::json::array()}};
+    for (auto& c : checks) j["checks"].push_back(probe_json(c));
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("manager %s\n", url.c_str());
+    for (auto& c : checks) print_probe(c, "    ");
+    std::printf("%s\n", ok ? "\u2713 the manager is usable" : "\u2717 the manager is not usable from here");
+  }
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
@@ -42,12 +105,24 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
   struct State {
     bool json = false;
     std::string driver;
+    std::vector<std::string> remote;
   };
   auto st = std::make_shared<State>();
   sub->add_flag("--json", st->json, "JSON report");
   sub->add_option("--driver", st->driver, "check this driver instead of the configured chain")->type_name("NAME");
-  sub->callback([&g, &out, st] {
+  auto* remote = sub->add_option("--remote", st->remote, "check the manager at URL (default SANDBOX_MANAGER_URL)")
+                     ->type_name("URL")
+                     ->expected(0, 1);
+  sub->callback([&g, &out, st, remote] {
     Config cfg = load_config(g, st->driver);
+    if (remote->count() > 0) {
+      std::string url = st->remote.empty() ? cfg.manager_url : st->remote.front();
+      if (url.empty())
+        throw Error(Errc::usage, "no manager to check").set_hint("sbx doctor --remote URL, or set SANDBOX_MANAGER_URL");
+      while (!url.empty() && url.back() == '/') url.pop_back();
+      out.status = remote_report(cfg, url, st->json);
+      return;
+    }
     nlohmann::json report;
     utsname u{};
     ::uname(&u);

@@ -284,7 +284,7 @@ HttpResponse Api::route(const HttpRequest& req) {
           .set_hint(perm == kRun ? "running code needs sandboxes:run, which no other permission implies"
                                  : "ask the operator for a key with " + permission_names(perm));
   };
-  if (p == "/healthz" && m == "GET") return healthz();
+  if (p == "/healthz" && m == "GET") return healthz(*req.key);
   if (p == "/metrics" && m == "GET") return metrics_text();
   if (p == "/v1/run" && m == "POST") {
     need(kRun);
@@ -564,10 +564,11 @@ size_t Api::reap() {
   return removed;
 }
 
-HttpResponse Api::healthz() {
+HttpResponse Api::healthz(const ApiKey& caller) {
   json drivers = json::array();
   bool default_ok = false;
   for (auto& d : drivers_) {
+    if (!d.make) continue;  // "remote" forwards; a manager does not forward further
     bool ok = true;
     json checks = json::array();
     for (auto& p : d.probe(cfg_)) {
@@ -591,6 +592,7 @@ HttpResponse Api::healthz() {
                                         {"sandboxes", {{"total", total}, {"by_state", counts}}},
                                         {"in_flight", in_flight_.load()},
                                         {"draining", draining_.load()},
+                                        {"key", {{"name", caller.name}, {"permissions", permission_names(caller.perms)}}},
                                         {"time_ms", now_ms()}});
 }
 

@@ -97,7 +97,7 @@ class Api {
   HttpResponse files_put(const HttpRequest& req, const std::string& id);
   HttpResponse stat(const HttpRequest& req, const std::string& id);
   HttpResponse gc(const HttpRequest& req);
-  HttpResponse healthz();
+  HttpResponse healthz(const ApiKey& caller);
   HttpResponse metrics_text();
 
   friend class ExecStream;
