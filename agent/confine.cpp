@@ -5,15 +5,11 @@
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/prctl.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <initializer_list>
-#include <vector>
 
 namespace sbx::agent {
 
@@ -57,12 +53,7 @@ constexpr unsigned long kNamespaceFlags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEW
                                           CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP;
 }  // namespace
 
-namespace {
-// The compiled BPF program; built once so each exec pays one prctl, not a compile.
-std::vector<sock_filter> g_program;
-}  // namespace
-
-int prepare_seccomp_filter() {
+int install_seccomp_filter() {
   scmp_filter_ctx ctx = ::seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) return ENOMEM;
   int rc = 0;
@@ -85,32 +76,9 @@ int prepare_seccomp_filter() {
                             SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag));
   }
   if (rc == 0) rc = ::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-  if (rc == 0) {
-    // libseccomp 2.5 exports BPF only to a descriptor: go through a memfd.
-    int fd = ::memfd_create("seccomp-bpf", MFD_CLOEXEC);
-    if (fd < 0) {
-      rc = -errno;
-    } else {
-      rc = ::seccomp_export_bpf(ctx, fd);
-      off_t size = ::lseek(fd, 0, SEEK_END);
-      if (rc == 0 && size > 0 && size % static_cast<off_t>(sizeof(sock_filter)) == 0) {
-        g_program.resize(static_cast<size_t>(size) / sizeof(sock_filter));
-        if (::pread(fd, g_program.data(), static_cast<size_t>(size), 0) != size) rc = -EIO;
-      } else if (rc == 0) {
-        rc = -EIO;
-      }
-      ::close(fd);
-    }
-  }
+  if (rc == 0) rc = ::seccomp_load(ctx);
   ::seccomp_release(ctx);
   return rc < 0 ? -rc : rc;
-}
-
-int load_seccomp_filter() {
-  if (g_program.empty()) return EINVAL;
-  sock_fprog prog{static_cast<unsigned short>(g_program.size()), g_program.data()};
-  if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) return errno;
-  return 0;
 }
 
 }  // namespace sbx::agent

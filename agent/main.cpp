@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   ::umask(022);
   if (opts.confine) {
-    if (int e = sbx::agent::prepare_seccomp_filter()) {
+    if (int e = sbx::agent::install_seccomp_filter()) {
       std::fprintf(stderr, "sbx-agent: cannot build the seccomp filter: %s\n", std::strerror(e));
       return 1;
     }

@@ -17,7 +17,7 @@ namespace sbx::agent {
 
 namespace {
 
-enum Stage : int { kChdir = 1, kConfine = 2, kSeccomp = 3, kExec = 4, kSetup = 5 };
+enum Stage : int { kChdir = 1, kConfine = 2, kExec = 4, kSetup = 5 };
 
 struct ChildReport {
   int stage;
@@ -47,10 +47,9 @@ void make_pipe(int fds[2]) {
   if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) child_fail(report_fd, kSetup, errno);
   if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) != 0) child_fail(report_fd, kChdir, errno);
   if (req.confine) {
+    // The seccomp filter is already in force: the agent installed it on itself.
     int e = drop_privileges();
     if (e) child_fail(report_fd, kConfine, e);
-    e = load_seccomp_filter();
-    if (e) child_fail(report_fd, kSeccomp, e);
   }
   ::execvpe(argv[0], argv, envp);
   child_fail(report_fd, kExec, errno);
