@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The manager under load, side by side in one run:
+#   exec throughput and latency through `sbx serve` (subprocess driver) at
+#   1, 8 and 64 concurrent clients, with wrk   (targets: >= 500 exec/s, p99 <= 20 ms at 8)
+#   a forwarded `sbx exec ID -- /bin/true` against a local one, with hyperfine
+#   (target: forwarding overhead <= 2 ms per exec)
+# Needs root; installs wrk and hyperfine from Debian if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SBX=${SBX_BIN:-$PWD/build/sbx}
+DURATION=${DURATION:-10s}
+for p in wrk hyperfine; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null
+done
+work=$(mktemp -d /tmp/sbx-bench-mgr.XXXXXX)
+key=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# The default per-key cap (32 concurrent execs) would turn most of 64 clients into 429s.
+printf 'server:\n  max_execs_per_key: 1000\n' >"$work/config.yaml"
+ADMIN_API_KEY=$key "$SBX" --config "$work/config.yaml" --state-dir "$work/server" serve --listen 127.0.0.1:$port \
+  --driver subprocess 2>"$work/serve.log" &
+server=$!
+cleanup() {
+  kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true
+  "$SBX" --state-dir "$work/server" rm --all >/dev/null 2>&1 || true
+  "$SBX" --state-dir "$work/client" rm --all >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+for _ in $(seq 50); do curl -fs -H "X-API-Key: $key" "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
+url="http://127.0.0.1:$port"
+id=$(curl -fs -H "X-API-Key: $key" -X POST -d '{"persistent": true}' "$url/v1/sandboxes" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+
+cat >"$work/exec.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '{"cmd": ["/bin/true"]}'
+wrk.headers["X-API-Key"] = "$key"
+wrk.headers["Content-Type"] = "application/json"
+LUA
+echo "== exec /bin/true through the manager ($DURATION each; 'wrk -c N')"
+printf '%-8s %10s %9s %9s %9s\n' clients "exec/s" p50 p90 p99
+for c in 1 8 64; do
+  threads=$((c < 2 ? 1 : 2))
+  wrk -t$threads -c$c -d"$DURATION" --latency -s "$work/exec.lua" "$url/v1/sandboxes/$id/exec" >"$work/wrk-$c.txt" 2>&1
+  python3 - "$work/wrk-$c.txt" "$c" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+def lat(p):
+    m = re.search(r"^\s+%s%%\s+([\d.]+)(us|ms|s)" % p, t, re.M)
+    v, u = float(m.group(1)), m.group(2)
+    return v / 1000 if u == "us" else v * 1000 if u == "s" else v
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+total = int(re.search(r"(\d+) requests in", t).group(1))
+non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+errors = int(non2xx.group(1)) if non2xx else 0
+rps = rps * (total - errors) / max(total, 1)  # only answered execs count
+print(f"{sys.argv[2]:<8} {rps:10.1f} {lat(50):7.2f}ms {lat(90):7.2f}ms {lat(99):7.2f}ms" + (f"  ({errors} errors)" if errors else ""))
+open(sys.argv[1] + ".sum", "w").write(f"{rps} {lat(99)}")
+PY
+done
+
+echo "== forwarding overhead: sbx exec ID -- /bin/true, local vs through the manager"
+lid=$("$SBX" --state-dir "$work/client" create --driver subprocess)
+rid=$(USE_REMOTE_SANDBOX=true SANDBOX_MANAGER_URL=$url ADMIN_API_KEY=$key "$SBX" --state-dir "$work/client" create --driver remote)
+USE_REMOTE_SANDBOX=true SANDBOX_MANAGER_URL=$url ADMIN_API_KEY=$key hyperfine -N --warmup 20 --runs 300 \
+  --export-json "$work/fwd.json" \
+  "$SBX --state-dir $work/client exec $lid -- /bin/true" \
+  "$SBX --state-dir $work/client exec $rid -- /bin/true" >/dev/null 2>&1
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+r = json.load(open(f"{w}/fwd.json"))["results"]
+local, fwd = r[0]["mean"] * 1000, r[1]["mean"] * 1000
+rps1 = float(open(f"{w}/wrk-1.txt.sum").read().split()[0])
+rps8, p99_8 = map(float, open(f"{w}/wrk-8.txt.sum").read().split())
+rps64 = float(open(f"{w}/wrk-64.txt.sum").read().split()[0])
+best = max(rps1, rps8, rps64)
+print(f"local exec {local:.2f} ms, forwarded exec {fwd:.2f} ms")
+print(f"\nthroughput (best of 1/8/64 clients) = {best:.0f} exec/s  (target >= 500) {'PASS' if best >= 500 else 'MISS'}")
+print(f"p99 at 8 clients                    = {p99_8:.2f} ms   (target <= 20 ms) {'PASS' if p99_8 <= 20 else 'MISS'}")
+print(f"forwarding overhead                 = {fwd - local:.2f} ms   (target <= 2 ms) {'PASS' if fwd - local <= 2 else 'MISS'}")
+PY
