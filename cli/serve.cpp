@@ -93,6 +93,8 @@ void register_serve(CLI::App& app, Globals& g, Outcome& out) {
     if (!cfg.driver_override.empty() && !find_driver(drivers, cfg.driver_override))
       throw Error(Errc::invalid_argument, "unknown driver '" + cfg.driver_override + "'").set_hint("drivers: " + driver_names(drivers));
     std::string listen = st->listen.empty() ? cfg.server.listen : st->listen;
+    // A development server without a key only ever listens on loopback.
+    if (listen.empty() && st->dev) listen = "127.0.0.1";
     uint16_t default_port = cfg.driver_override == "microvm" ? 8400 : 8000;
     auto [host, port] = parse_listen(listen, default_port);
     if (st->dev && !loopback(host))
@@ -106,7 +108,10 @@ void register_serve(CLI::App& app, Globals& g, Outcome& out) {
     server::HttpOptions http;
     http.host = host;
     http.port = port;
-    http.json_logs = (st->log_format.empty() ? cfg.server.log_format : st->log_format) == "json";
+    std::string log_format = st->log_format.empty() ? cfg.server.log_format : st->log_format;
+    if (log_format != "plain" && log_format != "json")
+      throw Error(Errc::usage, "unknown --log-format '" + log_format + "'").set_hint("use plain or json");
+    http.json_logs = log_format == "json";
     http.max_upload_bytes = cfg.cp_max_bytes + (1 << 20);
     std::string cert = st->tls_cert.empty() ? cfg.server.tls_cert : st->tls_cert;
     std::string key = st->tls_key.empty() ? cfg.server.tls_key : st->tls_key;

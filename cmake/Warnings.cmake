@@ -6,6 +6,10 @@ function(sbx_warnings target)
   # GCC 12 reports -Wrestrict and -Wnull-dereference inside libstdc++ and
   # nlohmann headers (GCC bug 105329 and friends): false positives, not ours.
   target_compile_options(${target} PRIVATE -Wno-restrict)
+  if(SBX_SANITIZE)
+    # GCC 12 with the sanitizers reports maybe-uninitialized inside libstdc++'s std::function.
+    target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+  endif()
   if(SBX_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

@@ -5,6 +5,7 @@
 
 _sbx_drivers="subprocess runsc microvm deno remote"
 _sbx_networks="none jail"
+_sbx_log_formats="plain json"
 _sbx_global_opts="--config --state-dir -h --help"
 _sbx_create_opts="--driver --image --memory --pids --cpus --disk --network
     --idle-timeout --ttl --persistent -e --env -l --label -w --workdir"
@@ -59,7 +60,8 @@ _sbx()
             --rm) rm_flag=1 ;;
             --driver | --image | --memory | --pids | --cpus | --disk | \
             --network | --idle-timeout | --ttl | -e | --env | -l | --label | \
-            -w | --workdir | --timeout | --max-size | --filter)
+            -w | --workdir | --timeout | --max-size | --filter | --listen | \
+            --tls-cert | --tls-key | --log-format | --api-key-file)
                 ((i++)) ;;
             -f) [[ $sub == ls ]] && ((i++)) ;;
             -*) ;;
@@ -72,7 +74,7 @@ _sbx()
 
     # Values of options.
     case $prev in
-        --config)
+        --config | --tls-cert | --tls-key | --api-key-file)
             _filedir 2>/dev/null || COMPREPLY=($(compgen -f -- "$cur"))
             return ;;
         --state-dir | --image)
@@ -84,8 +86,21 @@ _sbx()
         --network)
             COMPREPLY=($(compgen -W "$_sbx_networks" -- "$cur"))
             return ;;
+        --log-format)
+            COMPREPLY=($(compgen -W "$_sbx_log_formats" -- "$cur"))
+            return ;;
+        --remote)
+            # Optional URL: offer $SANDBOX_MANAGER_URL, or fall through to flags.
+            if [[ $cur != -* ]]; then
+                [[ -n ${SANDBOX_MANAGER_URL-} ]] &&
+                    COMPREPLY=($(compgen -W "$SANDBOX_MANAGER_URL" -- "$cur"))
+                declare -F __ltrim_colon_completions >/dev/null &&
+                    __ltrim_colon_completions "$cur"
+                return
+            fi
+            ;;
         --memory | --disk | --max-size | --pids | --cpus | --idle-timeout | \
-        --ttl | --timeout | -e | --env | -l | --label | -w | --workdir)
+        --ttl | --timeout | -e | --env | -l | --label | -w | --workdir | --listen)
             return ;;
         -f | --filter)
             if [[ $sub == ls ]]; then
@@ -125,8 +140,8 @@ _sbx()
         ls) opts="--json -q --quiet -f --filter" ;;
         rm) opts="-f --force --all" ;;
         gc) opts="--dry-run --json" ;;
-        doctor) opts="--json --driver" ;;
-        serve) opts="" ;;
+        doctor) opts="--json --driver --remote" ;;
+        serve) opts="--listen --driver --tls-cert --tls-key --log-format --api-key-file --insecure-dev" ;;
         *) return ;;
     esac
 

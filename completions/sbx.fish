@@ -41,7 +41,8 @@ function __sbx_args
         end
         switch $t
             case --config --state-dir --driver --image --memory --pids --cpus --disk --network \
-                --idle-timeout --ttl -e --env -l --label -w --workdir --timeout --max-size --filter
+                --idle-timeout --ttl -e --env -l --label -w --workdir --timeout --max-size --filter \
+                --listen --tls-cert --tls-key --log-format --api-key-file
                 set skip 1
             case -f
                 test "$sub" = ls; and set skip 1
@@ -156,3 +157,17 @@ complete -c sbx -n $g -l json -d 'JSON report'
 set -l d '__fish_seen_subcommand_from doctor'
 complete -c sbx -n $d -l json -d 'JSON report'
 complete -c sbx -n $d -l driver -x -a '(__sbx_drivers)' -d 'Check this driver instead of the configured chain'
+# --remote takes an optional URL (default $SANDBOX_MANAGER_URL); fish offers it as --remote=URL.
+complete -c sbx -n $d -l remote -d 'Check the sandbox manager at URL instead of this host'
+complete -c sbx -n "$d; and string match -q -- '--remote=*' (commandline -ct); and set -q SANDBOX_MANAGER_URL" \
+    -a '(printf "%s\n" --remote=$SANDBOX_MANAGER_URL)' -d 'SANDBOX_MANAGER_URL'
+
+# serve.
+set -l s '__fish_seen_subcommand_from serve'
+complete -c sbx -n $s -l listen -x -d 'HOST:PORT to listen on (default 0.0.0.0:8000, 8400 for microvm)'
+complete -c sbx -n $s -l driver -x -a '(__sbx_drivers)' -d 'Default driver of new sandboxes'
+complete -c sbx -n $s -l tls-cert -r -F -d 'Serve HTTPS with this PEM certificate chain'
+complete -c sbx -n $s -l tls-key -r -F -d 'PEM private key of --tls-cert'
+complete -c sbx -n $s -l log-format -x -a 'plain json' -d 'Request log format (default plain)'
+complete -c sbx -n $s -l api-key-file -r -F -d 'Read the admin API key from this file'
+complete -c sbx -n $s -l insecure-dev -d 'Run without a key, on a loopback address only'

@@ -5,10 +5,13 @@ Reads docs/cli.md (the source of truth): for each `## sbx SUB` section, every
 line starting with "- `--flag" or "- `-x, --flag" names flags of SUB; a line
 "- plus all `OTHER` flags" adds OTHER's flags; the "Global flags" line adds
 flags every subcommand takes. Each flag must appear in man/sbx-SUB.1 and in
-completions/sbx.bash, completions/_sbx and completions/sbx.fish.
+completions/sbx.bash, completions/_sbx and completions/sbx.fish. Each SUB must
+also be named in man/sbx.1 and in the three completion files.
 
-With --help-cmd PATH_TO_SBX, also runs `PATH_TO_SBX SUB --help` for each
-subcommand and checks every long flag it prints (but --help) the same way.
+With --help-cmd PATH_TO_SBX, also runs `PATH_TO_SBX --help` and checks that
+every subcommand it lists has its `## sbx SUB` section in docs/cli.md (so a new
+subcommand such as serve cannot be left out), then runs `PATH_TO_SBX SUB --help`
+for each subcommand and checks every long flag it prints (but --help) the same way.
 
 Prints one line per failure, then "N passed, N failed"; exits 1 on any failure.
 Python 3 standard library only.
@@ -86,6 +89,28 @@ def present(flag, text, fish=False):
     return re.search(pat, text) is not None
 
 
+def help_subcommands(sbx):
+    """(subcommands listed by `sbx --help`, None) or (None, why it failed)."""
+    try:
+        r = subprocess.run([sbx, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, str(e)
+    if r.returncode != 0:
+        return None, f"exit status {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}"
+    subs, listing = [], False
+    for line in (r.stdout + r.stderr).splitlines():
+        if re.match(r"\s*(sub)?commands:\s*$", line, flags=re.I):
+            listing = True
+            continue
+        if listing:
+            m = re.match(r"\s+([a-z][\w-]*)(\s|$)", line)
+            if m:
+                subs.append(m.group(1))
+            elif line.strip():
+                listing = False
+    return subs, None
+
+
 def help_flags(sbx, sub):
     """(long flags printed by `sbx SUB --help`, None) or (None, why it failed)."""
     try:
@@ -133,6 +158,28 @@ def main():
             completions[rel] = (args.root / rel).read_text(encoding="utf-8")
         except OSError:
             check(False, f"{rel} exists")
+
+    try:
+        main_man = roff_to_text((args.root / "man/sbx.1").read_text(encoding="utf-8"))
+    except OSError:
+        check(False, "man/sbx.1 exists")
+        main_man = None
+    for sub in subs:
+        word = r"(?<![\w-])" + re.escape(sub) + r"(?![\w-])"
+        if main_man is not None:
+            check(re.search(r"sbx-" + re.escape(sub) + r"\s*\(1\)", main_man) is not None,
+                  f"subcommand {sub} listed in man/sbx.1 as sbx-{sub}(1)")
+        for rel, text in completions.items():
+            check(re.search(word, text) is not None, f"subcommand {sub} in {rel}")
+
+    if args.help_cmd:
+        hsubs, why = help_subcommands(args.help_cmd)
+        if hsubs is None:
+            check(False, f"`{args.help_cmd} --help` runs ({why})")
+        else:
+            check(bool(hsubs), f"`{args.help_cmd} --help` lists subcommands")
+            for sub in hsubs:
+                check(sub in subs, f"subcommand {sub} (from --help) has a `## sbx {sub}` section in {cli_md}")
 
     def check_flags(sub, flags, man_rel, man, source):
         for flag in flags:
