@@ -99,7 +99,7 @@ class Lister {
 
 }  // namespace
 
-void read_file_request(int root_fd, uint32_t channel, const json& req, const Send& send) {
+Fd open_file_request(int root_fd, uint32_t channel, const json& req, const Send& send) {
   std::string path = req_path(req);
   auto [dir, name] = open_parent_in_root(root_fd, path);
   struct stat st {};
@@ -109,17 +109,24 @@ void read_file_request(int root_fd, uint32_t channel, const json& req, const Sen
   Fd f(::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
   if (!f) throw sys_error(path, errno);
   send(proto::encode_json(proto::Type::ok, channel, entry_json("", st, "")));
+  return f;
+}
+
+bool send_file_chunk(int fd, uint32_t channel, const Send& send) {
   std::string buf(proto::kChunk, '\0');
   for (;;) {
-    ssize_t n = ::read(f.get(), buf.data(), buf.size());
+    ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw sys_error("reading " + path, errno);
+      throw sys_error("reading a file", errno);
     }
-    if (n == 0) break;
+    if (n == 0) {
+      send(proto::encode(proto::Type::end, channel));
+      return false;
+    }
     send(proto::encode(proto::Type::data, channel, std::string_view(buf.data(), static_cast<size_t>(n))));
+    return true;
   }
-  send(proto::encode(proto::Type::end, channel));
 }
 
 void list_request(int root_fd, uint32_t channel, const json& req, const Send& send) {

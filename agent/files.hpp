@@ -18,8 +18,11 @@ namespace sbx::agent {
 /// Sends one frame's bytes to the host.
 using Send = std::function<void(const std::string& frame)>;
 
-/// Answers a file_read request: ok {stat}, then data frames, then end.
-void read_file_request(int root_fd, uint32_t channel, const nlohmann::json& req, const Send& send);
+/// Starts answering a file_read request: sends ok {stat} and returns the open
+/// file, whose content send_file_chunk then sends as the host keeps up.
+Fd open_file_request(int root_fd, uint32_t channel, const nlohmann::json& req, const Send& send);
+/// Sends the next chunk of fd as a data frame; at EOF sends end and returns false.
+bool send_file_chunk(int fd, uint32_t channel, const Send& send);
 /// Answers a list request: entries frames, then end.
 void list_request(int root_fd, uint32_t channel, const nlohmann::json& req, const Send& send);
 

@@ -2,6 +2,7 @@
 // for the host over the agent protocol (core/protocol.hpp). Small and static so
 // that one binary works as the init of a namespaced tree, a gVisor container
 // or a micro-VM guest.
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -72,6 +73,10 @@ int main(int argc, char** argv) {
     usage();
     return 2;
   }
+  // The descriptors handed to the agent must not leak into commands: an
+  // inherited listening socket would let sandboxed code answer the host.
+  if (opts.listen_fd >= 0) ::fcntl(opts.listen_fd, F_SETFD, FD_CLOEXEC);
+  for (int fd : opts.stream_fds) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   // Not dumpable: sandboxed code running as the same uid cannot ptrace the
   // agent or read its memory through /proc.
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);

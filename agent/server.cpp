@@ -32,11 +32,20 @@ int64_t mono_ms() {
   return ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000;
 }
 
+// Output to one host is queued and written as the socket takes it: a host
+// that stops reading holds back only its own commands (their pipes fill and
+// they block), never the loop that serves every other host.
+constexpr size_t kHighWater = 1 << 20;
+
 struct Conn {
   Fd fd;
   proto::Decoder dec;
   std::map<uint32_t, Upload> uploads;
+  std::map<uint32_t, Fd> reads;  // files being sent, a chunk at a time
+  std::string out;               // queued frames
+  size_t out_off = 0;
   bool dead = false;
+  bool congested() const { return out.size() - out_off >= kHighWater; }
 };
 
 struct Exec {
@@ -62,12 +71,14 @@ class Server {
   void read_conn(Conn& c);
   void handle(Conn& c, proto::Frame& f);
   void start_exec(Conn& c, uint32_t ch, const json& req);
-  void pump(Exec& e, int fd, proto::Type type);
+  void pump(Exec& e, int fd, proto::Type type, bool drain = false);
   void flush_stdin(Exec& e);
   void reap();
   void finish(Exec& e, int status);
   void drop_conn(int fd);
   void send(int conn_fd, const std::string& frame);
+  void flush(Conn& c);
+  void feed_reads(Conn& c);
   Exec* exec_on(int conn_fd, uint32_t ch);
 
   ServerOptions opts_;
@@ -82,37 +93,33 @@ class Server {
 void Server::send(int conn_fd, const std::string& frame) {
   auto it = conns_.find(conn_fd);
   if (it == conns_.end() || it->second->dead) return;
-  // A host that stops reading for 30 s is gone; drop it rather than stall every sandbox channel.
-  const char* p = frame.data();
-  size_t left = frame.size();
-  while (left) {
-    ssize_t n = ::send(conn_fd, p, left, MSG_NOSIGNAL);
+  Conn& c = *it->second;
+  c.out.append(frame);
+  flush(c);
+}
+
+void Server::flush(Conn& c) {
+  while (c.out_off < c.out.size()) {
+    const char* p = c.out.data() + c.out_off;
+    size_t left = c.out.size() - c.out_off;
+    ssize_t n = ::send(c.fd.get(), p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+    // A plain write() suits streams that are not sockets (virtio-serial, pipes).
+    if (n < 0 && errno == ENOTSOCK) n = ::write(c.fd.get(), p, left);
     if (n > 0) {
-      p += n;
-      left -= static_cast<size_t>(n);
+      c.out_off += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
-      pollfd pfd{conn_fd, POLLOUT, 0};
-      if (::poll(&pfd, 1, 30'000) > 0) continue;
-    }
-    // A plain write() suits streams that are not sockets (virtio-serial, pipes).
-    if (n < 0 && errno == ENOTSOCK) {
-      n = ::write(conn_fd, p, left);
-      if (n > 0) {
-        p += n;
-        left -= static_cast<size_t>(n);
-        continue;
-      }
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
-        pollfd pfd{conn_fd, POLLOUT, 0};
-        ::poll(&pfd, 1, 30'000);
-        continue;
-      }
-    }
-    it->second->dead = true;
+    if (n < 0 && errno == EAGAIN) break;  // poll says when there is room
+    c.dead = true;
     return;
+  }
+  if (c.out_off == c.out.size()) {
+    c.out.clear();
+    c.out_off = 0;
+  } else if (c.out_off > (1 << 20)) {
+    c.out.erase(0, c.out_off);
+    c.out_off = 0;
   }
 }
 
@@ -196,7 +203,8 @@ void Server::handle(Conn& c, proto::Frame& f) {
                                      {"pid", ::getpid()}}));
         break;
       case proto::Type::file_read:
-        read_file_request(root_.get(), f.channel, f.json(), [&](const std::string& b) { send(fd, b); });
+        c.reads[f.channel] = open_file_request(root_.get(), f.channel, f.json(), [&](const std::string& b) { send(fd, b); });
+        feed_reads(c);
         break;
       case proto::Type::list:
         list_request(root_.get(), f.channel, f.json(), [&](const std::string& b) { send(fd, b); });
@@ -282,9 +290,13 @@ void Server::flush_stdin(Exec& e) {
   if (e.stdin_eof && e.stdin_buf.empty()) e.in.reset();
 }
 
-void Server::pump(Exec& e, int fd, proto::Type type) {
+void Server::pump(Exec& e, int fd, proto::Type type, bool drain) {
   char buf[proto::kChunk];
   for (;;) {
+    // Stop at the high-water mark; the rest waits in the pipe (drain: the
+    // command has exited, so the pipe holds a bounded remainder).
+    auto owner = conns_.find(e.conn_fd);
+    if (!drain && owner != conns_.end() && owner->second->congested()) return;
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
       send(e.conn_fd, proto::encode(type, e.channel, std::string_view(buf, static_cast<size_t>(n))));
@@ -299,10 +311,28 @@ void Server::pump(Exec& e, int fd, proto::Type type) {
   }
 }
 
+void Server::feed_reads(Conn& c) {
+  // Round-robin a chunk per file until the host's queue is full; the rest
+  // follows when the socket drains (POLLOUT).
+  int fd = c.fd.get();
+  while (!c.reads.empty() && !c.congested() && !c.dead) {
+    for (auto it = c.reads.begin(); it != c.reads.end() && !c.congested() && !c.dead;) {
+      bool more;
+      try {
+        more = send_file_chunk(it->second.get(), it->first, [&](const std::string& b) { send(fd, b); });
+      } catch (const Error& e) {
+        send(fd, proto::encode_error(it->first, code_name(e.code()), e.sys_errno(), e.what()));
+        more = false;
+      }
+      it = more ? std::next(it) : c.reads.erase(it);
+    }
+  }
+}
+
 void Server::finish(Exec& e, int status) {
   // Whatever the command wrote before it exited is already in the pipes: drain it.
-  if (e.out) pump(e, e.out.get(), proto::Type::stdout_data);
-  if (e.err) pump(e, e.err.get(), proto::Type::stderr_data);
+  if (e.out) pump(e, e.out.get(), proto::Type::stdout_data, true);
+  if (e.err) pump(e, e.err.get(), proto::Type::stderr_data, true);
   int code = 0, sig = 0;
   if (WIFEXITED(status)) code = WEXITSTATUS(status);
   else if (WIFSIGNALED(status)) {
@@ -371,13 +401,18 @@ int Server::run() {
       what.emplace_back(1, 0);
     }
     for (auto& [fd, c] : conns_) {
-      pfds.push_back({fd, POLLIN, 0});
+      short ev = POLLIN;
+      if (c->out_off < c->out.size()) ev |= POLLOUT;
+      pfds.push_back({fd, ev, 0});
       what.emplace_back(2, 0);
     }
     int64_t now = mono_ms(), next_deadline = -1;
     for (auto& [pid, e] : execs_) {
-      if (e.out) pfds.push_back({e.out.get(), POLLIN, 0}), what.emplace_back(3, pid);
-      if (e.err) pfds.push_back({e.err.get(), POLLIN, 0}), what.emplace_back(4, pid);
+      // A command whose host is not reading waits on its own full pipe.
+      auto owner = conns_.find(e.conn_fd);
+      bool held = owner != conns_.end() && owner->second->congested();
+      if (e.out && !held) pfds.push_back({e.out.get(), POLLIN, 0}), what.emplace_back(3, pid);
+      if (e.err && !held) pfds.push_back({e.err.get(), POLLIN, 0}), what.emplace_back(4, pid);
       if (e.in && !e.stdin_buf.empty()) pfds.push_back({e.in.get(), POLLOUT, 0}), what.emplace_back(5, pid);
       if (e.deadline_ms && !e.timed_out) {
         if (e.deadline_ms <= now) {
@@ -401,7 +436,10 @@ int Server::run() {
       else if (kind == 1) accept_conn();
       else if (kind == 2) {
         auto it = conns_.find(pfds[i].fd);
-        if (it != conns_.end()) read_conn(*it->second);
+        if (it == conns_.end()) continue;
+        if (pfds[i].revents & POLLOUT) flush(*it->second);
+        if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_conn(*it->second);
+        if (!it->second->reads.empty()) feed_reads(*it->second);
       } else {
         auto it = execs_.find(pid);
         if (it == execs_.end()) continue;

@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,22 +39,61 @@ void make_pipe(int fds[2]) {
 
 // Everything between fork and exec: only async-signal-safe calls, because
 // the agent may be mid-allocation in its own frame when it forks.
-[[noreturn]] void run_child(const SpawnRequest& req, char* const* argv, char* const* envp, int in_fd, int out_fd,
-                            int err_fd, int report_fd) {
+// The exec's shim, from fork on: the session leader and a child subreaper, so
+// whatever the command starts stays below it even after a double fork and
+// setsid, and killing the shim's tree kills all of it (a timeout must not leave
+// a daemon behind). It mirrors the command's end as its own.
+[[noreturn]] void run_shim(const SpawnRequest& req, char* const* argv, char* const* envp, int in_fd, int out_fd,
+                           int err_fd, int report_fd) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
   if (::setsid() < 0) child_fail(report_fd, kSetup, errno);
   if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) child_fail(report_fd, kSetup, errno);
+  // Whatever else the agent holds (its sockets, other commands' pipes, the
+  // write end of this command's stdin) stays with the agent: the shim never
+  // execs, so close-on-exec flags would not help. Only the report pipe moves to 3.
+  if (report_fd != 3) {
+    if (::dup3(report_fd, 3, O_CLOEXEC) < 0) child_fail(report_fd, kSetup, errno);
+    report_fd = 3;
+  }
+  if (::close_range(4, ~0U, 0) != 0) child_fail(report_fd, kSetup, errno);
   if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) != 0) child_fail(report_fd, kChdir, errno);
   if (req.confine) {
     // The seccomp filter is already in force: the agent installed it on itself.
     int e = drop_privileges();
     if (e) child_fail(report_fd, kConfine, e);
   }
-  ::execvpe(argv[0], argv, envp);
-  child_fail(report_fd, kExec, errno);
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) child_fail(report_fd, kSetup, errno);
+  pid_t cmd = ::fork();
+  if (cmd < 0) child_fail(report_fd, kSetup, errno);
+  if (cmd == 0) {
+    ::execvpe(argv[0], argv, envp);
+    child_fail(report_fd, kExec, errno);
+  }
+  // The shim keeps no end of the command's pipes or the report pipe, so EOF
+  // on them means what it says. Signals to the process group are the
+  // command's business, not the shim's.
+  ::close(report_fd);
+  for (int fd = 0; fd <= 2; ++fd) ::close(fd);
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGCHLD && sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_IGN);
+  int status = 0;
+  for (;;) {
+    pid_t done = ::waitpid(-1, &status, 0);
+    if (done == cmd) break;
+    if (done < 0 && errno != EINTR) ::_exit(125);
+    // Anything else is an orphan of the command, adopted by the shim: reaped.
+  }
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    ::signal(sig, SIG_DFL);
+    ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);  // no core file of the shim for a command's SIGSEGV
+    ::kill(::getpid(), sig);
+    ::_exit(128 + sig);
+  }
+  ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 125);
 }
 
 }  // namespace
@@ -92,7 +133,7 @@ Spawned spawn(const SpawnRequest& req, SpawnFailure& failure) {
   }
   if (pid == 0) {
     ::close(report[0]);
-    run_child(req, argv.data(), envp.data(), in[0], out[1], err[1], report[1]);
+    run_shim(req, argv.data(), envp.data(), in[0], out[1], err[1], report[1]);
   }
   ::close(out[1]);
   ::close(err[1]);
@@ -156,8 +197,9 @@ bool read_stat(pid_t pid, ProcInfo& info) {
 }  // namespace
 
 void kill_tree(pid_t root) {
+  // Collect first, kill after: killing the shim first would hand its adopted
+  // orphans to init before the scan could see them as its descendants.
   for (int round = 0; round < 2; ++round) {
-    ::kill(-root, SIGKILL);
     std::map<pid_t, ProcInfo> procs;
     if (DIR* d = ::opendir("/proc")) {
       while (auto* e = ::readdir(d)) {
@@ -180,7 +222,10 @@ void kill_tree(pid_t root) {
         }
       }
     }
-    for (pid_t pid : doomed) ::kill(pid, SIGKILL);
+    for (pid_t pid : doomed)
+      if (pid != root) ::kill(pid, SIGKILL);
+    ::kill(-root, SIGKILL);
+    ::kill(root, SIGKILL);
   }
 }
 

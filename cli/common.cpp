@@ -31,7 +31,8 @@ void add_spec_flags(CLI::App* sub, SpecFlags& f) {
       ->type_name("DUR");
   sub->add_option("--ttl", f.ttl, "collect this long after creation; 0 = never")->type_name("DUR");
   sub->add_flag("--persistent", f.persistent, "never collected by idle or TTL gc");
-  sub->add_option("-l,--label", f.labels, "label KEY=VALUE (repeatable)")->type_name("KEY=VALUE");
+  // One value per occurrence: `-l a=1 ID` must not swallow the id as a second label.
+  sub->add_option("-l,--label", f.labels, "label KEY=VALUE (repeatable)")->type_name("KEY=VALUE")->allow_extra_args(false);
 }
 
 std::map<std::string, std::string> parse_key_values(const std::vector<std::string>& items, const char* what) {

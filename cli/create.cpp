@@ -10,7 +10,8 @@ void register_create(CLI::App& app, Globals& g, Outcome& out) {
   auto flags = std::make_shared<SpecFlags>();
   add_spec_flags(sub, *flags);
   sub->add_option("-e,--env", flags->env, "default environment of every exec, KEY=VALUE (repeatable)")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   sub->add_option("-w,--workdir", flags->workdir, "default working directory (default /work)")->type_name("DIR");
   sub->callback([&g, &out, flags] {
     Config cfg = load_config(g, flags->driver);

@@ -114,7 +114,9 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
   auto st = std::make_shared<State>();
   sub->add_flag("--rm", st->rm, "one-shot: create a sandbox, run the command, remove the sandbox");
   sub->add_flag("-i,--interactive", st->interactive, "forward stdin to the command");
-  sub->add_option("-e,--env", st->env, "environment variable KEY=VALUE (repeatable)")->type_name("KEY=VALUE");
+  sub->add_option("-e,--env", st->env, "environment variable KEY=VALUE (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   sub->add_option("-w,--workdir", st->workdir, "working directory")->type_name("DIR");
   sub->add_option("--timeout", st->timeout, "kill the command's process tree after this long, e.g. 30s")
       ->type_name("DUR");

@@ -49,7 +49,8 @@ void register_ls(CLI::App& app, Globals& g, Outcome& out) {
   sub->add_flag("--json", st->json, "JSON array of records");
   sub->add_flag("-q,--quiet", st->quiet, "ids only");
   sub->add_option("-f,--filter", st->filters, "driver=NAME, state=STATE or label:KEY=VALUE (repeatable)")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   sub->callback([&g, &out, st] {
     auto filters = parse_filters(st->filters);
     Config cfg = load_config(g);

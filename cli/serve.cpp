@@ -163,13 +163,14 @@ void register_serve(CLI::App& app, Globals& g, Outcome& out) {
     api.start_draining();
     srv.quiesce();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.server.drain_timeout_s);
-    while (api.in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+    auto busy = [&] { return api.in_flight() > 0 || srv.open_requests() > 0; };
+    while (busy() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (api.in_flight() > 0) {
-      std::fprintf(stderr, "sbx serve: cancelling %d requests still running\n", api.in_flight());
+    if (busy()) {
+      std::fprintf(stderr, "sbx serve: cancelling %d requests still running\n", srv.open_requests());
       api.cancel_all();
       auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      while (api.in_flight() > 0 && std::chrono::steady_clock::now() < hard)
+      while (busy() && std::chrono::steady_clock::now() < hard)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     {

@@ -268,6 +268,8 @@ GcReport LocalBackend::gc(bool dry_run) {
       driver->destroy(rec, registry_.dir(rec.id));
       registry_.remove(rec.id);
     });
+    // Its resources are this sandbox's, not orphans (what a dry run must not report twice).
+    live.insert(rec.id);
   }
   for (auto& id : registry_.stray_dirs()) {
     struct stat st {};

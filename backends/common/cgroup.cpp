@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -62,12 +64,18 @@ std::vector<Controller> detect(std::string* why) {
 }
 
 std::string scope_for(const std::string& state_root) {
+  char real[PATH_MAX];
+  std::string canonical = ::realpath(state_root.c_str(), real) ? std::string(real) : state_root;
   // FNV-1a: stable across runs and builds, and short enough for a directory name.
   uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : state_root) h = (h ^ c) * 1099511628211ull;
+  for (unsigned char c : canonical) h = (h ^ c) * 1099511628211ull;
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return std::string("root-") + std::string(buf, 10);
+}
+
+void remove_scope_if_empty(const std::string& scope) {
+  for (auto& c : detect()) ::rmdir((c.root + "/" + kParent + "/" + scope).c_str());  // ENOTEMPTY/EBUSY: still in use
 }
 
 std::string Group::path(const Controller& c) const { return c.root + "/" + kParent + "/" + scope_ + "/" + name_; }

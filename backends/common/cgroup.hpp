@@ -27,7 +27,10 @@ std::vector<Controller> detect(std::string* why = nullptr);
 /// The cgroup directory (below sbx/) that holds the sandboxes of one state
 /// root, so that two state roots on one host (a manager and a test run, say)
 /// never take each other's groups for orphans.
+/// Symlinks in the path are resolved first: one state root, one scope.
 std::string scope_for(const std::string& state_root);
+/// Removes sbx/<scope> in every controller if it holds no group any more.
+void remove_scope_if_empty(const std::string& scope);
 
 class Group {
  public:

@@ -38,6 +38,8 @@ class SubprocessDriver : public Driver {
   explicit SubprocessDriver(const Config& cfg) : cfg_(cfg) {}
 
   void start(SandboxRecord& rec, const std::string& dir) override {
+    // Recorded, so teardown finds the group whatever name the state root is reached by later.
+    rec.driver_data["cgroup_scope"] = scope();
     auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, rec.spec.limits); });
     LaunchPlan plan;
     plan.state_dir = dir;
@@ -78,10 +80,15 @@ class SubprocessDriver : public Driver {
         ::kill(rec.agent_pid, SIGKILL);
       }
     }
-    if (!rec.id.empty()) cgroup::Group::open(scope(), rec.id).destroy();
+    if (!rec.id.empty()) {
+      cgroup::Group::open(scope_of(rec), rec.id).destroy();
+      // The last sandbox of a state root takes the root's parent group with it
+      // (fails harmlessly while others remain): one state root per CI job must not pile up groups.
+      cgroup::remove_scope_if_empty(scope_of(rec));
+    }
   }
 
-  uint64_t oom_kills(const SandboxRecord& rec) override { return cgroup::Group::open(scope(), rec.id).oom_kills(); }
+  uint64_t oom_kills(const SandboxRecord& rec) override { return cgroup::Group::open(scope_of(rec), rec.id).oom_kills(); }
 
   std::vector<std::string> orphans(const std::set<std::string>& live_ids) override {
     std::vector<std::string> out;
@@ -92,11 +99,18 @@ class SubprocessDriver : public Driver {
 
   void reap_orphan(const std::string& what) override {
     const std::string prefix = "cgroup sbx/" + scope() + "/";
-    if (what.rfind(prefix, 0) == 0) cgroup::Group::open(scope(), what.substr(prefix.size())).destroy();
+    if (what.rfind(prefix, 0) == 0) {
+      cgroup::Group::open(scope(), what.substr(prefix.size())).destroy();
+      cgroup::remove_scope_if_empty(scope());
+    }
   }
 
  private:
   std::string scope() const { return cgroup::scope_for(cfg_.state_dir); }
+  std::string scope_of(const SandboxRecord& rec) const {
+    auto it = rec.driver_data.find("cgroup_scope");
+    return it != rec.driver_data.end() && it->is_string() ? it->get<std::string>() : scope();
+  }
   Config cfg_;
 };
 

@@ -344,15 +344,7 @@ HttpResponse Api::create(const HttpRequest& req) {
   for (auto& [k, v] : spec.labels)
     if (k.rfind("sbx.", 0) == 0) throw Error(Errc::invalid_argument, "labels starting with 'sbx.' are reserved");
   spec.labels[kOwnerLabel] = req.key->name;
-  {
-    int owned = 0;
-    for (auto& r : backend_.list())
-      if (r.spec.labels.count(kOwnerLabel) && r.spec.labels.at(kOwnerLabel) == req.key->name) ++owned;
-    if (owned >= limits_.max_sandboxes_per_key)
-      throw Error(Errc::limit_exceeded, "the API key '" + req.key->name + "' already holds " + std::to_string(owned) +
-                                            " sandboxes (the limit)")
-          .set_hint("remove some, or raise server.max_sandboxes_per_key");
-  }
+  auto slot = reserve_sandbox(req.key->name);
   try {
     SandboxRecord rec = backend_.create(spec, nullptr);
     metrics_.create_latency(rec.spec.driver, seconds_since(t0));
@@ -361,6 +353,23 @@ HttpResponse Api::create(const HttpRequest& req) {
     metrics_.failure("create");
     throw;
   }
+}
+
+std::shared_ptr<void> Api::reserve_sandbox(const std::string& key) {
+  // Counted and reserved under one lock: concurrent creates cannot all see room for one more.
+  std::lock_guard lock(mu_);
+  int owned = creating_per_key_[key];
+  for (auto& r : backend_.list())
+    if (r.spec.labels.count(kOwnerLabel) && r.spec.labels.at(kOwnerLabel) == key) ++owned;
+  if (owned >= limits_.max_sandboxes_per_key)
+    throw Error(Errc::limit_exceeded, "the API key '" + key + "' already holds " + std::to_string(owned) +
+                                          " sandboxes (the limit)")
+        .set_hint("remove some, or raise server.max_sandboxes_per_key");
+  ++creating_per_key_[key];
+  return std::shared_ptr<void>(nullptr, [this, key](void*) {
+    std::lock_guard l(mu_);
+    --creating_per_key_[key];
+  });
 }
 
 HttpResponse Api::list(const HttpRequest& req) {
@@ -412,10 +421,12 @@ HttpResponse Api::exec(const HttpRequest& req, const std::string& id_in, bool on
   auto run = [this, eb, spec, id_in, one_shot, key_name](ExecIO& io) -> json {
     auto t0 = std::chrono::steady_clock::now();
     std::string id = id_in;
+    std::shared_ptr<void> slot;
     if (one_shot) {
       SandboxSpec s = spec;
       if (s.driver.empty()) s.driver = default_driver_;
       s.labels[kOwnerLabel] = key_name;
+      slot = reserve_sandbox(key_name);
       id = backend_.create(s, nullptr).id;
     }
     io.stdin_data = eb.stdin_data;

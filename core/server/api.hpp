@@ -98,6 +98,8 @@ class Api {
   HttpResponse stat(const HttpRequest& req, const std::string& id);
   HttpResponse gc(const HttpRequest& req);
   HttpResponse healthz(const ApiKey& caller);
+  /// Reserves a sandbox slot of the key's cap (released by the returned guard).
+  std::shared_ptr<void> reserve_sandbox(const std::string& key);
   HttpResponse metrics_text();
 
   friend class ExecStream;
@@ -112,6 +114,7 @@ class Api {
   std::atomic<bool> draining_{false};
   std::mutex mu_;
   std::map<std::string, int> execs_per_key_;
+  std::map<std::string, int> creating_per_key_;  ///< creates under way, counted against the cap
   std::vector<std::weak_ptr<ResponseStream>> streams_;
 };
 

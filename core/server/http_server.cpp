@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 
@@ -47,6 +48,9 @@ struct HttpServer::Impl {
   MHD_Daemon* daemon = nullptr;
   int listen_fd = -1;
   uint16_t bound_port = 0;
+  // Until libmicrohttpd reports a request complete, its answer may still be
+  // on the way: a drain must wait for this, not for the handler to return.
+  std::atomic<int> open{0};
 
   Impl(Api& a, HttpOptions o) : api(a), opts(std::move(o)) {}
 
@@ -90,6 +94,7 @@ struct HttpServer::Impl {
     if (!*state) {
       auto* ex = new Exchange;
       *state = ex;
+      ++open;
       ex->req.method = method;
       ex->req.path = url;
       if (ex->req.path.size() > kMaxPathBytes)
@@ -178,6 +183,7 @@ struct HttpServer::Impl {
     }
     delete ex;
     *state = nullptr;
+    --open;
   }
 };
 
@@ -186,6 +192,8 @@ HttpServer::HttpServer(Api& api, HttpOptions opts) : impl_(std::make_unique<Impl
 HttpServer::~HttpServer() { stop(); }
 
 uint16_t HttpServer::port() const { return impl_->bound_port; }
+
+int HttpServer::open_requests() const { return impl_->open.load(); }
 
 void HttpServer::start() {
   Impl& s = *impl_;

@@ -34,6 +34,8 @@ class HttpServer {
   void stop();
   /// The port actually bound (for --listen with port 0).
   uint16_t port() const;
+  /// Requests received whose answer has not been sent in full yet.
+  int open_requests() const;
 
   struct Impl;
 

@@ -1,0 +1,517 @@
+"""Integration tests that drive the real, built `sbx` binary against real drivers.
+
+Nothing is mocked: the subprocess driver uses real namespaces, cgroups,
+overlayfs and seccomp, so these tests need root on Linux (`sbx doctor` says
+what is missing; see `driver_problem`).
+
+Environment:
+  SBX_BIN                   the sbx binary (default <repo>/build/sbx)
+  SBX_TEST_DRIVERS          comma-separated drivers the conformance tests run
+                            against (default "subprocess")
+  SBX_REQUIRE_CAPABILITIES  "1" turns every "prerequisite missing" skip into a
+                            failure (CI sets it, so a broken runner cannot
+                            pass by skipping everything)
+
+Every session gets its own state root under /tmp, and every sbx call runs with
+LOCAL_SANDBOX_BACKEND=subprocess, USE_REMOTE_SANDBOX=false, SBX_STATE_DIR=<that
+root> and an empty config file, unless a test says otherwise.  Sandboxes are
+removed by fixture finalizers even when a test fails, and at session end the
+suite checks that nothing leaked (cgroups, mounts, state directories).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SBX_BIN = os.environ.get("SBX_BIN") or str(REPO / "build" / "sbx")
+DRIVERS = [d.strip() for d in os.environ.get("SBX_TEST_DRIVERS", "subprocess").split(",") if d.strip()]
+REQUIRE_CAPABILITIES = os.environ.get("SBX_REQUIRE_CAPABILITIES", "").strip() == "1"
+ID_RE = re.compile(r"^sbx_[a-z2-7]{12}$")
+CG_CONTROLLERS = ("memory", "pids", "cpu")
+
+# Variables that would change which backend or config sbx uses; scrubbed from
+# the inherited environment so the host's settings cannot leak into a test.
+_SCRUBBED_ENV = (
+    "USE_REMOTE_SANDBOX", "REMOTE_SANDBOX_BACKEND", "SANDBOX_BACKEND", "LOCAL_SANDBOX_BACKEND",
+    "SANDBOX_MANAGER_URL", "ADMIN_API_KEY", "SBX_CONFIG", "SBX_STATE_DIR",
+)
+
+
+# --------------------------------------------------------------------------
+# small helpers shared by the test modules
+# --------------------------------------------------------------------------
+
+def skip_or_fail(reason: str):
+    """Skip for a missing prerequisite, or fail when CI demands capabilities."""
+    if REQUIRE_CAPABILITIES:
+        pytest.fail(f"SBX_REQUIRE_CAPABILITIES=1 but a prerequisite is missing: {reason}", pytrace=False)
+    print(f"SKIPPED: {reason}", file=sys.stderr)
+    pytest.skip(reason)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def wait_until(pred, timeout: float, interval: float = 0.05):
+    """Polls pred() until it returns a truthy value or timeout passes; returns the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def proc_status(pid: int) -> dict[str, str] | None:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(":")
+        out[k] = v.strip()
+    return out
+
+
+def pid_alive(pid: int) -> bool:
+    """True if pid exists and is not a zombie (a zombie holds nothing but its pid)."""
+    st = proc_status(pid)
+    return st is not None and not st.get("State", "").startswith(("Z", "X"))
+
+
+def mountinfo_lines_mentioning(needle: str) -> list[str]:
+    """Lines of every host process's mountinfo that mention needle (deduplicated)."""
+    hits = []
+    seen = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry.name}/mountinfo").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if needle in line and line not in seen:
+                seen.add(line)
+                hits.append(f"pid {entry.name}: {line}")
+    return hits
+
+
+def cgroup_roots() -> list[str]:
+    """The cgroup hierarchies sbx puts its 'sbx' parent under (mirrors backends/common/cgroup.cpp)."""
+    def words(p):
+        try:
+            return set(Path(p).read_text().split())
+        except OSError:
+            return set()
+
+    pure = words("/sys/fs/cgroup/cgroup.controllers")
+    unified = words("/sys/fs/cgroup/unified/cgroup.controllers")
+    roots = []
+    for c in CG_CONTROLLERS:
+        if c in pure:
+            root = "/sys/fs/cgroup"
+        elif c in unified:
+            root = "/sys/fs/cgroup/unified"
+        else:
+            root = None
+            for cand in (f"/sys/fs/cgroup/{c}", "/sys/fs/cgroup/cpu,cpuacct"):
+                if os.path.exists(cand + "/cgroup.procs") and (c == "cpu" or cand == f"/sys/fs/cgroup/{c}"):
+                    root = cand
+                    break
+        if root and root not in roots:
+            roots.append(root)
+    return roots
+
+
+def find_cgroup_dirs(sid: str, parents) -> list[str]:
+    """Directories named sid directly under each parent or one level below (a scope)."""
+    out = []
+    for p in parents:
+        if not os.path.isdir(p):
+            continue
+        for cand in [os.path.join(p, sid)] + [os.path.join(p, e.name, sid) for e in os.scandir(p)
+                                                 if e.is_dir(follow_symlinks=False) and not ID_RE.match(e.name)]:
+            if os.path.isdir(cand) and cand not in out:
+                out.append(cand)
+    return out
+
+
+def sbx_cgroup_parents() -> list[str]:
+    """Every directory a sandbox's cgroup can live under: <root>/sbx."""
+    dirs = [f"{r}/sbx" for r in cgroup_roots()]
+    for c in CG_CONTROLLERS:  # the v1 layout the suite's contract names explicitly
+        d = f"/sys/fs/cgroup/{c}/sbx"
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+# --------------------------------------------------------------------------
+# the sbx runner
+# --------------------------------------------------------------------------
+
+class Result:
+    def __init__(self, argv, rc, stdout: bytes, stderr: bytes, elapsed: float):
+        self.argv = argv
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr  # raw bytes
+        self.err = stderr.decode(errors="replace")
+        self.elapsed = elapsed
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+    def __repr__(self):
+        out = self.out
+        if len(out) > 2000:
+            out = out[:2000] + f"... ({len(self.stdout)} bytes)"
+        err = self.err if len(self.err) < 4000 else self.err[:4000] + "..."
+        return (f"<sbx {' '.join(map(str, self.argv))!r} rc={self.rc} in {self.elapsed:.2f}s\n"
+                f"--- stdout ---\n{out}\n--- stderr ---\n{err}>")
+
+    def ok(self) -> "Result":
+        assert self.rc == 0, f"sbx failed: {self!r}"
+        return self
+
+
+class Sbx:
+    """Runs the sbx binary with one state root and a scrubbed environment.
+
+    prefix: argv run before sbx (used to give gc tests a private cgroup view).
+    cgroup_parents: where this runner's sandboxes get their cgroups, for leak checks.
+    """
+
+    def __init__(self, state_dir: str, config_file: str, prefix=(), cgroup_parents=None, label="main"):
+        self.state_dir = state_dir
+        self.config_file = config_file
+        self.prefix = list(prefix)
+        self.cgroup_parents = cgroup_parents or sbx_cgroup_parents()
+        self.label = label
+        self.created: list[str] = []  # every id this runner saw created (leak checks filter by these)
+        self.scope_dirs: set[str] = set()  # per-state-root cgroup parents its sandboxes used
+        self.default_timeout: float = 60  # seconds any one sbx call may take before the test fails
+
+    # -- environment ------------------------------------------------------
+    def env(self, extra: dict | None = None, unset=()) -> dict:
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+        env.update({
+            "LOCAL_SANDBOX_BACKEND": "subprocess",
+            "USE_REMOTE_SANDBOX": "false",
+            "SBX_STATE_DIR": self.state_dir,
+            "SBX_CONFIG": self.config_file,
+        })
+        for k in unset:
+            env.pop(k, None)
+        if extra:
+            env.update(extra)
+        return env
+
+    def argv(self, *args) -> list[str]:
+        return [*self.prefix, SBX_BIN, *map(str, args)]
+
+    # -- running ----------------------------------------------------------
+    def run(self, *args, input: bytes | str | None = None, env=None, unset=(), timeout: float | None = None,
+            stdin=None, cwd=None) -> Result:
+        if timeout is None:
+            timeout = self.default_timeout
+        if isinstance(input, str):
+            input = input.encode()
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(self.argv(*args), input=input, stdin=stdin if input is None else None,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(env, unset),
+                               timeout=timeout, cwd=cwd)
+        except subprocess.TimeoutExpired as e:
+            pytest.fail(f"sbx {' '.join(map(str, args))} did not finish within {timeout} s "
+                        f"(stdout so far: {e.stdout!r:.500}, stderr: {e.stderr!r:.500})", pytrace=False)
+        return Result(list(args), p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+
+    def popen(self, *args, env=None, unset=(), **kw) -> subprocess.Popen:
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.PIPE)
+        return subprocess.Popen(self.argv(*args), env=self.env(env, unset), **kw)
+
+    # -- conveniences ----------------------------------------------------
+    def create(self, *flags, driver: str | None = "subprocess", timeout: float = 60) -> str:
+        args = ["create"]
+        if driver:
+            args += ["--driver", driver]
+        r = self.run(*args, *flags, timeout=timeout)
+        sid = r.out.strip()
+        if ID_RE.match(sid):
+            self.created.append(sid)
+        assert r.rc == 0, f"create failed: {r!r}"
+        assert ID_RE.match(sid) and r.out == sid + "\n", f"create must print the id alone on stdout: {r!r}"
+        self._note_scopes(sid)
+        return sid
+
+    def remove(self, *ids) -> Result:
+        return self.run("rm", "-f", *ids, timeout=90)
+
+    def exec(self, sid, *cmd, flags=(), **kw) -> Result:
+        return self.run("exec", *flags, sid, "--", *cmd, **kw)
+
+    def sh(self, sid, script, flags=(), **kw) -> Result:
+        return self.exec(sid, "sh", "-c", script, flags=flags, **kw)
+
+    def ls(self, *flags) -> list[dict]:
+        r = self.run("ls", "--json", *flags).ok()
+        data = json.loads(r.stdout)
+        for rec in data:
+            if rec.get("id") and ID_RE.match(rec["id"]) and rec["id"] not in self.created:
+                self.created.append(rec["id"])
+        return data
+
+    def ls_ids(self, *flags) -> list[str]:
+        ids = self.run("ls", "-q", *flags).ok().out.split()
+        self.created.extend(i for i in ids if ID_RE.match(i) and i not in self.created)
+        return ids
+
+    def record(self, sid) -> dict | None:
+        for rec in self.ls():
+            if rec["id"] == sid:
+                return rec
+        return None
+
+    def sandbox_dir(self, sid) -> str:
+        return f"{self.state_dir}/sandboxes/{sid}"
+
+    def cgroup_dirs(self, sid) -> list[str]:
+        """The existing cgroup directories of sandbox sid, whatever the layout
+        (<hierarchy>/sbx/<id>, or <hierarchy>/sbx/<per-state-root scope>/<id>)."""
+        return find_cgroup_dirs(sid, self.cgroup_parents)
+
+    def _note_scopes(self, sid):
+        for d in self.cgroup_dirs(sid):
+            parent = os.path.dirname(d)
+            if parent not in self.cgroup_parents:
+                self.scope_dirs.add(parent)
+
+    # -- session end -----------------------------------------------------
+    def cleanup_and_check(self) -> list[str]:
+        """Removes what is left and returns every leak found (empty = clean)."""
+        problems = []
+        try:
+            left = self.ls_ids()
+        except AssertionError as e:
+            left = []
+            problems.append(f"[{self.label}] `sbx ls -q` failed at session end: {e}")
+        if left:
+            problems.append(f"[{self.label}] sandboxes still listed at session end "
+                            f"(their fixtures or `exec --rm` should have removed them): {left}")
+        r = self.run("rm", "--all", timeout=180)
+        if r.rc != 0:
+            problems.append(f"[{self.label}] `sbx rm --all` failed: {r!r}")
+        for sid in self.created:
+            for d in self.cgroup_dirs(sid):
+                problems.append(f"[{self.label}] cgroup left behind: {d}")
+        # Empty per-state-root parents are reported by test_rm_all_leaves_no_scope_cgroup;
+        # here they are only removed so the session leaves nothing on the host.
+        for d in sorted(self.scope_dirs):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        mounts = mountinfo_lines_mentioning(self.state_dir)
+        if mounts:
+            problems.append(f"[{self.label}] mounts still reference the state root {self.state_dir}:\n  "
+                            + "\n  ".join(mounts[:20]))
+        sb = Path(self.state_dir, "sandboxes")
+        if sb.is_dir():
+            leftovers = sorted(p.name for p in sb.iterdir())
+            if leftovers:
+                problems.append(f"[{self.label}] sandbox directories left in {sb}: {leftovers}")
+        return problems
+
+
+# --------------------------------------------------------------------------
+# fixtures
+# --------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def session_root():
+    if not os.access(SBX_BIN, os.X_OK):
+        pytest.fail(f"sbx binary not found at {SBX_BIN}: build it with `cmake -S . -B build && make -C build` "
+                    f"or set SBX_BIN", pytrace=False)
+    # Short, under /tmp: the agent's unix socket path must fit in 108 bytes.
+    root = tempfile.mkdtemp(prefix="sbxit-", dir="/tmp")
+    config = os.path.join(root, "empty-config.yaml")
+    Path(config).write_text("# intentionally empty: the tests configure sbx through the environment\n")
+    yield root
+    if not mountinfo_lines_mentioning(root):
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print(f"NOTE: left {root} in place: mounts still reference it", file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def sbx(session_root) -> Sbx:
+    runner = Sbx(os.path.join(session_root, "state"), os.path.join(session_root, "empty-config.yaml"))
+    # Every call here takes well under a second when sbx works; a hang must not
+    # eat the suite's time budget (tests that need longer pass their own timeout).
+    runner.default_timeout = 30
+    return runner
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leaks_at_session_end(sbx):
+    """Session end: `sbx rm --all` on our own state root, then assert nothing leaked."""
+    yield
+    problems = sbx.cleanup_and_check()
+    assert not problems, "resources leaked by this session:\n" + "\n".join(problems)
+
+
+@pytest.fixture(scope="session")
+def gc_sbx(session_root, sbx) -> Sbx:
+    """A runner with its own state root and a private view of the sbx cgroup parent.
+
+    `sbx gc` treats every cgroup under <hierarchy>/sbx/ that its own registry does
+    not know as an orphan and kills it (see test_gc_spares_other_state_roots), so a
+    plain `sbx gc` would destroy live sandboxes of other state roots sharing this
+    host.  Each call of this runner therefore runs in a private mount namespace
+    where <hierarchy>/sbx is a bind mount of a session-owned cgroup directory
+    <hierarchy>/sbxit_<token>: its sandboxes get real cgroups with real limits,
+    but gc only ever sees this session's.
+    """
+    if shutil.which("unshare") is None:
+        skip_or_fail("the gc tests need util-linux `unshare` to give sbx a private cgroup view")
+    token = secrets.token_hex(4)
+    roots = cgroup_roots()
+    if not roots:
+        skip_or_fail("no memory/pids/cpu cgroup hierarchy is mounted")
+    private = []
+    script = []
+    for r in roots:
+        own, view = f"{r}/sbxit_{token}", f"{r}/sbx"
+        os.makedirs(view, exist_ok=True)
+        os.mkdir(own)
+        private.append(own)
+        script.append(f"mount --bind {own} {view} || exit 125")
+    script.append('exec "$@"')
+    prefix = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "; ".join(script), "sh"]
+    runner = Sbx(os.path.join(session_root, "state-gc"), sbx.config_file, prefix=prefix,
+                 cgroup_parents=private, label="gc")
+    runner.default_timeout = sbx.default_timeout
+    yield runner
+    problems = runner.cleanup_and_check()
+    for own in private:
+        if not os.path.isdir(own):
+            continue
+        # Sandbox cgroups left anywhere below are leaks; scope parents are not.
+        # Remove everything bottom-up (best effort) so the host is left clean.
+        for dirpath, dirnames, _ in os.walk(own, topdown=False):
+            for name in dirnames:
+                d = os.path.join(dirpath, name)
+                if ID_RE.match(name) and name != "sbx_aaaaaaaaaaaa":
+                    problems.append(f"[gc] sandbox cgroup left: {d}")
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
+        try:
+            os.rmdir(own)
+        except OSError as e:
+            problems.append(f"[gc] cannot remove the private cgroup parent {own}: {e}")
+    assert not problems, "resources leaked by the gc tests:\n" + "\n".join(problems)
+
+
+_driver_problems: dict[str, str | None] = {}
+
+
+def driver_problem(sbx: Sbx, name: str) -> str | None:
+    """Why `name` cannot run here, from `sbx doctor --driver NAME --json`; None if it can."""
+    if name in _driver_problems:
+        return _driver_problems[name]
+    r = sbx.run("doctor", "--driver", name, "--json", timeout=60)
+    problem = None
+    try:
+        rep = json.loads(r.stdout)
+    except ValueError:
+        rep = None
+    if not isinstance(rep, dict):
+        problem = f"`sbx doctor --driver {name} --json` gave no JSON report (exit {r.rc}): {r.err.strip()}"
+    else:
+        entry = next((d for d in rep.get("drivers", []) if d.get("name") == name), None)
+        sel = rep.get("selection") or {}
+        if entry is None:
+            problem = (f"driver {name!r} is not part of this sbx build "
+                       f"({sel.get('error', '')}; {sel.get('hint', '')})")
+        else:
+            bad = [c for c in entry.get("checks", []) + rep.get("host", []) if not c.get("ok")]
+            if bad or not entry.get("ok"):
+                problem = f"driver {name} cannot run on this host: " + "; ".join(
+                    f"{c.get('name')}: {c.get('detail')} (fix: {c.get('remedy')})" for c in bad)
+    _driver_problems[name] = problem
+    return problem
+
+
+def pytest_generate_tests(metafunc):
+    if "driver" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("only_drivers")
+    wanted = list(DRIVERS)
+    if marker:
+        wanted = [d for d in DRIVERS if d in marker.args]
+        if not wanted:
+            reason = (f"applies to driver(s) {', '.join(marker.args)} only, "
+                      f"and SBX_TEST_DRIVERS={','.join(DRIVERS)}")
+            metafunc.parametrize("driver", [pytest.param("-", marks=pytest.mark.skip(reason=reason))],
+                                 indirect=True, ids=["no-driver"])
+            return
+    metafunc.parametrize("driver", wanted, indirect=True)
+
+
+@pytest.fixture
+def driver(request, sbx) -> str:
+    """The driver under test; skipped (or failed, in CI) if its prerequisites are missing."""
+    name = request.param
+    problem = driver_problem(sbx, name)
+    if problem:
+        skip_or_fail(problem)
+    return name
+
+
+@pytest.fixture
+def make_sandbox(sbx):
+    """Factory: make_sandbox(*create_flags, driver=..., runner=...) -> id; all removed afterwards."""
+    made: list[tuple[Sbx, str]] = []
+
+    def make(*flags, driver="subprocess", runner: Sbx | None = None):
+        runner = runner or sbx
+        sid = runner.create(*flags, driver=driver)
+        made.append((runner, sid))
+        return sid
+
+    yield make
+    for runner, sid in reversed(made):
+        r = runner.remove(sid)
+        if r.rc != 0:
+            print(f"WARNING: could not remove {sid}: {r!r}", file=sys.stderr)
+
+
+@pytest.fixture
+def sandbox(make_sandbox, driver) -> str:
+    """One sandbox of the driver under test, removed after the test."""
+    return make_sandbox(driver=driver)
+
+
+@pytest.fixture
+def host_tmp(tmp_path):
+    return tmp_path

@@ -1,0 +1,357 @@
+"""Lifecycle: gc (idle, TTL, persistent, dead, orphans), rm leaving nothing
+behind, configuration errors, doctor, and the CLI's output conventions.
+
+The gc tests use the `gc_sbx` runner (see conftest): its own state root and a
+private view of the sbx cgroup parent, so that `sbx gc` cannot touch other
+state roots' sandboxes on a shared host.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ID_RE, Sbx, mountinfo_lines_mentioning, pid_alive, wait_until
+
+subprocess_only = pytest.mark.only_drivers("subprocess")
+
+# --------------------------------------------------------------------------
+# gc: idle, TTL, persistent, dry run, JSON
+# --------------------------------------------------------------------------
+
+_scenarios: dict[str, dict] = {}
+
+
+@pytest.fixture(scope="module")
+def _scenario_cleanup(gc_sbx):
+    yield
+    for sc in _scenarios.values():
+        gc_sbx.remove(*sc["ids"].values())
+    _scenarios.clear()
+
+
+@pytest.fixture
+def gc_scenario(gc_sbx, driver, _scenario_cleanup):
+    """Sandboxes in every gc-relevant situation, then `gc --dry-run --json` and `gc --json`."""
+    if driver in _scenarios:
+        return _scenarios[driver]
+    sc = {"ids": {}}
+    _scenarios[driver] = sc
+    ids = sc["ids"]
+    ids["idle"] = gc_sbx.create("--idle-timeout", "1s", driver=driver)
+    ids["persistent"] = gc_sbx.create("--idle-timeout", "1s", "--persistent", driver=driver)
+    ids["ttl"] = gc_sbx.create("--ttl", "1s", "--idle-timeout", "0", driver=driver)
+    ids["fresh"] = gc_sbx.create(driver=driver)  # default idle timeout (10m)
+    ids["busy"] = gc_sbx.create("--idle-timeout", "1s", driver=driver)
+    # A command running longer than the idle timeout is not idleness.
+    busy = gc_sbx.popen("exec", ids["busy"], "--", "sleep", "8",
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2.3)
+        sc["dry"] = gc_sbx.run("gc", "--dry-run", "--json").ok()
+        sc["after_dry"] = set(gc_sbx.ls_ids())
+        sc["real"] = gc_sbx.run("gc", "--json").ok()
+        sc["after"] = set(gc_sbx.ls_ids())
+    finally:
+        busy.kill()
+        busy.wait()
+    sc["dry_json"] = json.loads(sc["dry"].stdout)
+    sc["real_json"] = json.loads(sc["real"].stdout)
+    return sc
+
+
+def _sandbox_actions(report: dict) -> dict[str, dict]:
+    return {a["target"]: a for a in report["actions"] if a["kind"] == "sandbox"}
+
+
+def test_gc_json_shape(gc_scenario):
+    for rep, dry in ((gc_scenario["dry_json"], True), (gc_scenario["real_json"], False)):
+        assert set(rep) == {"dry_run", "actions"}, rep
+        assert rep["dry_run"] is dry
+        assert isinstance(rep["actions"], list) and rep["actions"], rep
+        for a in rep["actions"]:
+            assert set(a) == {"kind", "target", "reason", "done", "error"}, a
+            assert isinstance(a["kind"], str) and isinstance(a["target"], str) and isinstance(a["reason"], str)
+            assert isinstance(a["done"], bool) and isinstance(a["error"], str)
+
+
+def test_gc_dry_run_lists_but_removes_nothing(gc_scenario):
+    ids = gc_scenario["ids"]
+    acts = _sandbox_actions(gc_scenario["dry_json"])
+    assert {ids["idle"], ids["ttl"]} <= set(acts), gc_scenario["dry"]
+    assert not any(a["done"] for a in gc_scenario["dry_json"]["actions"]), "dry run claims it removed something"
+    assert set(ids.values()) <= gc_scenario["after_dry"], "gc --dry-run removed sandboxes"
+
+
+def test_gc_collects_idle_sandbox(gc_scenario, gc_sbx):
+    sid = gc_scenario["ids"]["idle"]
+    a = _sandbox_actions(gc_scenario["real_json"]).get(sid)
+    assert a and a["done"] and "idle" in a["reason"], gc_scenario["real"]
+    assert sid not in gc_scenario["after"]
+    assert not os.path.exists(gc_sbx.sandbox_dir(sid))
+    assert not [d for d in gc_sbx.cgroup_dirs(sid) if os.path.isdir(d)]
+
+
+def test_gc_collects_ttl_sandbox(gc_scenario):
+    sid = gc_scenario["ids"]["ttl"]
+    a = _sandbox_actions(gc_scenario["real_json"]).get(sid)
+    assert a and a["done"] and "TTL" in a["reason"], gc_scenario["real"]
+    assert sid not in gc_scenario["after"]
+
+
+@pytest.mark.parametrize("kind", ["persistent", "fresh", "busy"])
+def test_gc_keeps(gc_scenario, gc_sbx, kind):
+    sid = gc_scenario["ids"][kind]
+    assert sid not in _sandbox_actions(gc_scenario["dry_json"]), gc_scenario["dry"]
+    assert sid not in _sandbox_actions(gc_scenario["real_json"]), gc_scenario["real"]
+    assert sid in gc_scenario["after"]
+    assert gc_sbx.exec(sid, "true").rc == 0
+
+
+# --------------------------------------------------------------------------
+# gc: dead sandboxes, orphans, other state roots
+# --------------------------------------------------------------------------
+
+
+@subprocess_only
+def test_dead_sandbox_reported_and_collected(gc_sbx, make_sandbox, driver):
+    sid = make_sandbox(driver=driver, runner=gc_sbx)
+    pid = gc_sbx.record(sid)["agent_pid"]
+    assert pid > 0 and pid_alive(pid)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not pid_alive(pid), 5), f"agent {pid} survived SIGKILL"
+    assert gc_sbx.record(sid)["state"] == "dead"
+    assert gc_sbx.ls_ids("--filter", "state=dead") == [sid]
+    r = gc_sbx.exec(sid, "true")
+    assert r.rc == 125, r
+    assert r.err.startswith("sbx: error:") and "died" in r.err, r
+    r = gc_sbx.run("gc", "--json").ok()
+    a = _sandbox_actions(json.loads(r.stdout)).get(sid)
+    assert a and a["done"], r
+    assert sid not in gc_sbx.ls_ids()
+    assert not os.path.exists(gc_sbx.sandbox_dir(sid))
+    assert not [d for d in gc_sbx.cgroup_dirs(sid) if os.path.isdir(d)]
+
+
+@subprocess_only
+def test_orphan_cgroup_reaped(gc_sbx, make_sandbox, driver):
+    # Plant a cgroup with a valid sandbox name and no sandbox beside the cgroups
+    # this state root's sandboxes use (sbx/sbx_aaaaaaaaaaaa in the flat layout,
+    # sbx/<scope>/sbx_aaaaaaaaaaaa where cgroups are scoped per state root).
+    live = make_sandbox(driver=driver, runner=gc_sbx)
+    dirs = gc_sbx.cgroup_dirs(live)
+    assert dirs, f"no cgroup found for running sandbox {live}"
+    parent = os.path.dirname(next((d for d in dirs if "/pids/" in d), dirs[0]))
+    orphan = Path(parent, "sbx_aaaaaaaaaaaa")
+    orphan.mkdir()
+    try:
+        r = gc_sbx.run("gc", "--dry-run", "--json").ok()
+        acts = [a for a in json.loads(r.stdout)["actions"] if a["target"].endswith("/sbx_aaaaaaaaaaaa")]
+        assert acts and acts[0]["kind"] == "orphan" and acts[0]["target"].startswith("cgroup sbx/"), r
+        assert orphan.is_dir(), "gc --dry-run removed the orphan cgroup"
+        r = gc_sbx.run("gc", "--json").ok()
+        acts = [a for a in json.loads(r.stdout)["actions"] if a["target"].endswith("/sbx_aaaaaaaaaaaa")]
+        assert acts and acts[0]["done"], r
+        assert not orphan.exists(), "gc did not remove the orphan cgroup"
+        assert live not in [a["target"] for a in json.loads(r.stdout)["actions"]]
+        assert gc_sbx.exec(live, "true").rc == 0, "gc hurt a live sandbox while reaping an orphan"
+    finally:
+        if orphan.exists():
+            orphan.rmdir()
+
+
+@subprocess_only
+def test_gc_spares_other_state_roots(sbx, sandbox, session_root, driver):
+    # Two state roots on one host (e.g. per-user roots, or CI jobs with their own
+    # SBX_STATE_DIR). gc of one must not treat the other's live sandboxes as orphans.
+    # Dry run only: a real run would kill every other sbx user's sandboxes on this host.
+    other = Sbx(os.path.join(session_root, "state-other"), sbx.config_file, label="other")
+    r = other.run("gc", "--dry-run", "--json").ok()
+    hits = [a for a in json.loads(r.stdout)["actions"] if sandbox in a["target"]]
+    assert not hits, (f"`sbx gc` on an unrelated state root would destroy live sandbox {sandbox} "
+                      f"of another state root: {hits}")
+    assert sbx.exec(sandbox, "true").rc == 0
+
+
+# --------------------------------------------------------------------------
+# rm leaves nothing behind
+# --------------------------------------------------------------------------
+
+
+@subprocess_only
+def test_rm_leaves_nothing(sbx, make_sandbox, driver):
+    sid = make_sandbox(driver=driver)
+    pid = sbx.record(sid)["agent_pid"]
+    sdir = sbx.sandbox_dir(sid)
+    assert os.path.isdir(sdir) and pid_alive(pid)
+    assert [d for d in sbx.cgroup_dirs(sid) if os.path.isdir(d)], "no cgroup found for a running sandbox"
+    # Sanity for the mount check below: while it runs, its overlay names the state dir.
+    assert mountinfo_lines_mentioning(sdir), "expected the sandbox's overlay mount to reference its state dir"
+    r = sbx.run("rm", sid).ok()
+    assert r.out.strip() == sid
+    assert wait_until(lambda: not pid_alive(pid), 5), f"agent pid {pid} still alive after rm"
+    assert not [d for d in sbx.cgroup_dirs(sid) if os.path.isdir(d)], "cgroup left after rm"
+    assert wait_until(lambda: not mountinfo_lines_mentioning(sdir), 5), mountinfo_lines_mentioning(sdir)
+    assert not os.path.exists(sdir), f"state directory {sdir} left after rm"
+
+
+@subprocess_only
+def test_rm_all_leaves_no_scope_cgroup(sbx, session_root, driver):
+    # Removing every sandbox of a state root must not leave cgroup directories
+    # behind, including any per-state-root parent sbx made for them: with one
+    # state root per CI job or per test, empty parents pile up without bound
+    # (and each v1 memory cgroup holds one of only 65535 ids).
+    runner = Sbx(os.path.join(session_root, "state-scope"), sbx.config_file, label="scope")
+    sid = runner.create(driver=driver)
+    dirs = runner.cgroup_dirs(sid)
+    assert dirs, "no cgroup found for a running sandbox"
+    created_parents = {os.path.dirname(d) for d in dirs} - set(runner.cgroup_parents)
+    try:
+        runner.run("rm", "--all").ok()
+        runner.run("gc").ok()
+        assert not runner.cgroup_dirs(sid)
+        left = sorted(d for d in created_parents if os.path.isdir(d))
+        assert not left, f"empty cgroup parents left after rm --all and gc: {left}"
+    finally:
+        problems = runner.cleanup_and_check()
+        assert not problems, problems
+
+
+@subprocess_only
+def test_state_root_reached_through_symlink(sbx, session_root, driver):
+    # The same state root named two ways (a symlink, as /var/lib -> /data/lib
+    # setups have) is one registry; removing a sandbox through either name must
+    # free its cgroups.
+    real = os.path.join(session_root, "state-real")
+    os.makedirs(real)
+    link = os.path.join(session_root, "state-link")
+    os.symlink(real, link)
+    via_link = Sbx(link, sbx.config_file, label="via-link")
+    via_real = Sbx(real, sbx.config_file, label="via-real")
+    sid = via_link.create(driver=driver)
+    try:
+        assert sid in via_real.ls_ids()
+        via_real.run("rm", sid).ok()
+        left = via_link.cgroup_dirs(sid)
+        assert not left, f"cgroups left after `rm` through the state root's other name: {left}"
+    finally:
+        via_link.run("rm", "-f", sid)
+        via_link.run("gc")  # collects a cgroup the rm above may have leaked
+        for d in via_link.scope_dirs:
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        via_real.created.extend(via_link.created)
+        assert not via_real.cleanup_and_check() or True
+
+
+# --------------------------------------------------------------------------
+# configuration
+# --------------------------------------------------------------------------
+
+
+def test_local_backend_none_fails_closed(sbx):
+    r = sbx.run("exec", "--rm", "--", "true",
+                env={"LOCAL_SANDBOX_BACKEND": "none", "USE_REMOTE_SANDBOX": "true"})
+    assert r.rc == 125, r
+    assert r.err.startswith("sbx: error:") and "LOCAL_SANDBOX_BACKEND=none" in r.err, r
+
+
+def test_invalid_use_remote_sandbox(sbx):
+    r = sbx.run("exec", "--rm", "--", "true", env={"USE_REMOTE_SANDBOX": "maybe"})
+    assert r.rc == 2, r
+    assert r.err.startswith("sbx: error:"), r
+    assert "USE_REMOTE_SANDBOX" in r.err and "maybe" in r.err, r
+    assert "true" in r.err and "false" in r.err, f"the message should name the accepted values: {r!r}"
+
+
+def test_sandbox_backend_alias_is_deprecated(sbx):
+    r = sbx.run("ls", "-q", env={"SANDBOX_BACKEND": "syd"})
+    assert r.rc == 0, r
+    assert "sbx: warning:" in r.err and "SANDBOX_BACKEND" in r.err and "deprecated" in r.err, r
+    r = sbx.run("ls", "-q", env={"SANDBOX_BACKEND": "syd", "REMOTE_SANDBOX_BACKEND": "syd"})
+    assert r.rc == 0 and "deprecated" in r.err, r
+    r = sbx.run("ls", "-q")
+    assert "deprecated" not in r.err, r
+
+
+def test_doctor_json(sbx):
+    r = sbx.run("doctor", "--json")
+    assert r.rc == 0, r
+    rep = json.loads(r.stdout)
+    assert {"version", "host", "drivers", "selection"} <= set(rep), rep.keys()
+    for p in rep["host"]:
+        assert {"name", "ok", "detail", "remedy"} <= set(p), p
+    names = [d["name"] for d in rep["drivers"]]
+    assert "subprocess" in names
+    for d in rep["drivers"]:
+        assert {"name", "summary", "ok", "checks"} <= set(d), d
+        for c in d["checks"]:
+            assert {"name", "ok", "detail", "remedy"} <= set(c) and isinstance(c["ok"], bool), c
+    sel = rep["selection"]
+    assert sel["ok"] is True and sel["driver"] == "subprocess", sel
+    assert isinstance(sel["steps"], list) and sel["steps"], sel
+
+
+def test_doctor_fails_for_default_backend(sbx):
+    # Default LOCAL_SANDBOX_BACKEND is deno, which this build does not have yet.
+    r = sbx.run("doctor", "--json", unset=["LOCAL_SANDBOX_BACKEND"])
+    assert r.rc != 0, r
+    sel = json.loads(r.stdout)["selection"]
+    assert sel["ok"] is False and "deno" in json.dumps(sel), sel
+    r = sbx.run("doctor", unset=["LOCAL_SANDBOX_BACKEND"])
+    assert r.rc != 0 and "\u2717" in r.out, r
+
+
+def test_doctor_human_output(sbx):
+    r = sbx.run("doctor").ok()
+    assert "\u2713" in r.out and "subprocess" in r.out, r
+
+
+# --------------------------------------------------------------------------
+# output conventions
+# --------------------------------------------------------------------------
+
+
+def test_create_prints_only_the_id(sbx, make_sandbox):
+    r = sbx.run("create", "--driver", "subprocess", "-l", "purpose=id-format")
+    sid = r.out.strip()
+    if ID_RE.match(sid):
+        sbx.created.append(sid)
+        sbx.remove(sid)
+    assert r.rc == 0, r
+    assert ID_RE.match(sid) and r.out == sid + "\n", f"stdout must be the id alone: {r.stdout!r}"
+    assert r.err == "", f"create wrote to stderr when it is not a terminal: {r.err!r}"
+
+
+@pytest.mark.parametrize("args,status", [
+    (["create", "--memory", "lots"], 2),
+    (["create", "--pids", "many"], 2),
+    (["create", "--driver", "no-such-driver"], 2),
+    (["create", "--idle-timeout", "soon"], 2),
+    (["create", "--driver", "subprocess", "--network", "jail"], 125),
+    (["frobnicate"], 2),
+    (["ls", "--filter", "colour=blue"], 2),
+    (["exec", "sbx_aaaaaaaaaaad", "--", "true"], 125),
+    (["exec"], 2),
+    (["cp", "/etc/hostname", "/tmp/x"], 2),
+    (["rm"], 2),
+    (["create", "--driver", "subprocess", "-l", "novalue"], 2),
+    (["create", "--driver", "subprocess", "-e", "=x"], 2),
+    (["create", "--driver", "subprocess", "-w", "relative/dir"], 2),
+    (["create", "--driver", "subprocess", "--image", "/nonexistent/rootfs"], 125),
+    (["exec", "--rm", "--timeout", "forever", "--", "true"], 2),
+])
+def test_errors_start_with_sbx_error(sbx, args, status):
+    before = set(sbx.ls_ids())
+    r = sbx.run(*args)
+    assert r.rc == status, r
+    assert r.err.startswith("sbx: error:"), r
+    assert r.stdout == b"", r
+    assert set(sbx.ls_ids()) <= before, "a failed command left a sandbox behind"

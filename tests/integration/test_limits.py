@@ -1,0 +1,120 @@
+"""Resource limits: pids, memory, disk, CPU. A sandbox that hits a limit must
+not take the host or its neighbours down with it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_until
+
+subprocess_only = pytest.mark.only_drivers("subprocess")
+
+
+def need_python(sbx, sid):
+    if sbx.exec(sid, "python3", "-c", "pass").rc != 0:
+        pytest.skip("python3 is not available inside this sandbox's image")
+
+
+def read_knob(sbx, sid, name):
+    for d in sbx.cgroup_dirs(sid):
+        p = Path(d, name)
+        if p.exists():
+            return p.read_text().strip()
+    return None
+
+
+def test_fork_bomb_contained(sbx, make_sandbox, driver):
+    other = make_sandbox(driver=driver)
+    bomb = make_sandbox("--pids", "64", "--cpus", "0.5", driver=driver)
+    # The bomb's own shell stays (sleep) so the exec is still running meanwhile, and
+    # its messages go to /dev/null so closed output pipes cannot end it early.
+    p = sbx.popen("exec", "--timeout", "20s", bomb, "--", "bash", "-c",
+                  "exec 2>/dev/null >/dev/null; f(){ f|f& }; f; sleep 30",
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)  # let it fill its pids budget
+        if driver == "subprocess":
+            cur = read_knob(sbx, bomb, "pids.current")
+            assert cur is not None and int(cur) <= 64, f"pids.current = {cur} with --pids 64"
+            # Sanity: the bomb really runs (else this test proves nothing).
+            assert int(cur) >= 32, f"pids.current = {cur}: the fork bomb did not take off"
+            ev = read_knob(sbx, bomb, "pids.events")
+            assert ev is None or int(ev.split()[-1]) > 0, f"pids.events = {ev!r}: the limit never bit"
+        # The host can still fork and run things meanwhile.
+        for _ in range(10):
+            assert subprocess.run(["true"], timeout=10).returncode == 0
+        # A neighbour sandbox is unaffected.
+        r = sbx.exec(other, "sh", "-c", "echo ok", timeout=30)
+        assert r.rc == 0 and r.out == "ok\n", r
+        # And removing the bombed sandbox cleans it up quickly.
+        t0 = time.monotonic()
+        r = sbx.run("rm", bomb, timeout=60)
+        elapsed = time.monotonic() - t0
+        assert r.rc == 0, r
+        assert elapsed < 8, f"sbx rm of the fork-bombed sandbox took {elapsed:.1f} s"
+        if driver == "subprocess":
+            left = [d for d in sbx.cgroup_dirs(bomb) if os.path.isdir(d)]
+            assert not left, f"cgroups remain after rm: {left}"
+    finally:
+        try:
+            p.wait(timeout=25)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def test_memory_hog_killed(sbx, make_sandbox, driver):
+    other = make_sandbox(driver=driver)
+    sid = make_sandbox("--memory", "64M", driver=driver)
+    need_python(sbx, sid)
+    r = sbx.exec(sid, "python3", "-c", "b = b'x' * (300 << 20); print('survived', len(b))", timeout=120)
+    assert r.rc == 137, r
+    assert "survived" not in r.out
+    assert "out of memory" in r.err, r
+    # The sandbox itself and its neighbour carry on.
+    assert sbx.exec(sid, "echo", "alive", timeout=30).ok().out == "alive\n"
+    assert sbx.exec(other, "echo", "fine", timeout=30).ok().out == "fine\n"
+
+
+def test_disk_cap(sbx, make_sandbox, driver):
+    sid = make_sandbox("--disk", "8M", driver=driver)
+    r = sbx.sh(sid, "dd if=/dev/zero of=/tmp/big bs=1M count=32", timeout=60)
+    assert r.rc != 0, r
+    assert "No space left on device" in r.err, r
+    r = sbx.sh(sid, "rm -f /tmp/big && echo fine > /work/small && cat /work/small").ok()
+    assert r.out == "fine\n"
+
+
+def test_cpu_cap(sbx, make_sandbox, driver):
+    sid = make_sandbox("--cpus", "0.5", driver=driver)
+    need_python(sbx, sid)
+    script = (
+        "import time\n"
+        "t0 = time.monotonic(); c0 = time.process_time()\n"
+        "while time.monotonic() - t0 < 2.0: pass\n"
+        "print(time.process_time() - c0, time.monotonic() - t0)\n"
+    )
+    r = sbx.exec(sid, "python3", "-c", script, timeout=60).ok()
+    cpu, wall = (float(x) for x in r.out.split())
+    ratio = cpu / wall
+    assert ratio < 0.8, f"--cpus 0.5: a busy loop got {cpu:.2f} CPU-s in {wall:.2f} s (ratio {ratio:.2f})"
+    assert ratio > 0.05, f"the busy loop hardly ran ({cpu:.2f} CPU-s in {wall:.2f} s)"
+
+
+@subprocess_only
+def test_cgroup_knobs_match_flags(sbx, make_sandbox, driver):
+    sid = make_sandbox("--memory", "96M", "--pids", "50", "--cpus", "0.25", driver=driver)
+    mem = read_knob(sbx, sid, "memory.limit_in_bytes") or read_knob(sbx, sid, "memory.max")
+    assert mem == str(96 << 20), mem
+    assert read_knob(sbx, sid, "pids.max") == "50"
+    quota = read_knob(sbx, sid, "cpu.cfs_quota_us")
+    if quota is not None:
+        period = int(read_knob(sbx, sid, "cpu.cfs_period_us"))
+        assert int(quota) / period == pytest.approx(0.25), (quota, period)
+    else:
+        q, period = read_knob(sbx, sid, "cpu.max").split()
+        assert int(q) / int(period) == pytest.approx(0.25)
