@@ -7,6 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+# promtool (Debian's prometheus package) checks /metrics in the manager tests.
+if ! command -v promtool >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 
 echo "== unit tests"
 ctest --test-dir build --output-on-failure
