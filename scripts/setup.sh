@@ -8,7 +8,7 @@ packages=(
   build-essential cmake pkg-config git
   libcli11-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcurl4-openssl-dev
   catch2 libarchive-dev libseccomp-dev libmicrohttpd-dev libsqlite3-dev libhttp-parser-dev
-  python3 python3-pytest procps iproute2 util-linux
+  python3 python3-pytest procps iproute2 util-linux busybox-static
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -75,7 +75,9 @@ struct Failure {
 struct Prepared {
   std::string mnt, upper, work, root, overlay_opts, tmpfs_opts;
   std::vector<std::pair<std::string, std::string>> binds;  // host -> target
-  std::vector<std::string> own_dirs;                        // to create and chown (inside root)
+  // Directories the sandbox's root must own, with their missing parents first;
+  // .second: chown even when it already exists (false: only if created here).
+  std::vector<std::pair<std::string, bool>> own_dirs;
   std::string proc, proc_sys, dev, dev_pts, dev_shm, dev_ptmx;
   std::vector<std::pair<std::string, std::string>> dev_nodes;  // host -> target
   std::vector<std::pair<std::string, std::string>> dev_links;  // target -> link path
@@ -120,9 +122,10 @@ void bring_up_loopback(int report_fd) {
     if (::mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
       fail(r, kStepBindRo);
   }
-  for (auto& d : p.own_dirs) {
-    if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) fail(r, kStepDirs);
-    if (::chown(d.c_str(), p.uid_base, p.uid_base) != 0) fail(r, kStepDirs);
+  for (auto& [d, always] : p.own_dirs) {
+    bool created = ::mkdir(d.c_str(), 0755) == 0;
+    if (!created && errno != EEXIST) fail(r, kStepDirs);
+    if ((created || always) && ::chown(d.c_str(), p.uid_base, p.uid_base) != 0) fail(r, kStepDirs);
   }
   ::mkdir(p.proc.c_str(), 0555);
   if (::mount("proc", p.proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) fail(r, kStepProc);
@@ -188,15 +191,14 @@ Prepared prepare(const LaunchPlan& plan) {
   // volatile: the layer is in memory already, syncs buy nothing.
   p.overlay_opts = "lowerdir=" + plan.lower + ",upperdir=" + p.upper + ",workdir=" + p.work + ",volatile";
   for (auto& b : plan.ro_binds) p.binds.emplace_back(b, p.root + b);
-  for (auto* d : {"/root", "/tmp", "/var/tmp"}) p.own_dirs.push_back(p.root + d);
-  // Each component of the workdir, so a nested one (/work/a/b) is created whole.
-  std::string acc;
-  for (size_t i = 1; i <= plan.workdir.size(); ++i) {
-    if (i == plan.workdir.size() || plan.workdir[i] == '/') {
-      acc = plan.workdir.substr(0, i);
-      if (acc.size() > 1) p.own_dirs.push_back(p.root + acc);
-    }
-  }
+  // Each component, so a nested one (/work/a/b) or one whose parent the image
+  // lacks (/var/tmp) is created whole; only the last is the sandbox's for sure.
+  auto own = [&](const std::string& dir) {
+    for (size_t i = 1; i <= dir.size(); ++i)
+      if (i == dir.size() || dir[i] == '/') p.own_dirs.emplace_back(p.root + dir.substr(0, i), i == dir.size());
+  };
+  for (auto* d : {"/root", "/tmp", "/var/tmp"}) own(d);
+  own(plan.workdir);
   p.proc = p.root + "/proc";
   p.proc_sys = p.proc + "/sys";
   p.dev = p.root + "/dev";
