@@ -309,20 +309,22 @@ std::optional<FileEntry> LocalBackend::stat(const std::string& id, const std::st
   }
 }
 
-uint64_t LocalBackend::put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) {
+AgentClient LocalBackend::connect_for_files(const std::string& id) {
   SandboxRecord rec = registry_.get(id);
   auto driver = driver_for(rec);
   AgentClient agent = connect(rec, *driver);
   registry_.touch(rec.id);
+  return agent;
+}
+
+uint64_t LocalBackend::put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) {
+  AgentClient agent = connect_for_files(id);
   auto sink = sandbox_sink(agent, target);
   return transfer(source, *sink, max_bytes);
 }
 
 uint64_t LocalBackend::get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) {
-  SandboxRecord rec = registry_.get(id);
-  auto driver = driver_for(rec);
-  AgentClient agent = connect(rec, *driver);
-  registry_.touch(rec.id);
+  AgentClient agent = connect_for_files(id);
   auto source = sandbox_source(agent, path);
   return transfer(*source, sink, max_bytes);
 }

@@ -34,6 +34,8 @@ class LocalBackend : public Backend {
   std::unique_ptr<Driver> driver_for(const SandboxRecord& rec);
   /// A running sandbox's record and an agent connection, or a clear error.
   AgentClient connect(SandboxRecord& rec, Driver& driver);
+  /// An agent connection of a running sandbox for a file transfer (marks it used).
+  AgentClient connect_for_files(const std::string& id);
   /// Tears down one sandbox under its exclusive lock.
   void destroy(const SandboxRecord& rec);
 

@@ -27,6 +27,20 @@ namespace sbx::remote_http {
 
 namespace {
 
+// Where a chunk of an answer goes, for either transport: a 2xx body to the
+// caller's sink (or collected, capped), an error body collected and cut short.
+void deliver_body(const Request& req, Response& res, bool success, std::string_view chunk) {
+  if (success && req.on_body) {
+    req.on_body(chunk);
+  } else if (success) {
+    if (res.body.size() + chunk.size() > kMaxJsonAnswer)
+      throw Error(Errc::protocol, "the manager's answer is larger than " + format_size(kMaxJsonAnswer));
+    res.body.append(chunk);
+  } else if (res.body.size() < kMaxErrorBody) {
+    res.body.append(chunk.substr(0, kMaxErrorBody - res.body.size()));
+  }
+}
+
 const CurlApi& cu() { return curl_api(); }
 
 class CurlHandle {
@@ -90,15 +104,7 @@ size_t on_write(char* data, size_t size, size_t n, void* p) {
       t->status_known = true;
     }
     std::string_view chunk(data, len);
-    if (t->success && t->req.on_body) {
-      t->req.on_body(chunk);
-    } else if (t->success) {
-      if (t->res.body.size() + len > kMaxJsonAnswer)
-        throw Error(Errc::protocol, "the manager's answer is larger than " + format_size(kMaxJsonAnswer));
-      t->res.body.append(chunk);
-    } else if (t->res.body.size() < kMaxErrorBody) {
-      t->res.body.append(chunk.substr(0, kMaxErrorBody - t->res.body.size()));
-    }
+    deliver_body(t->req, t->res, t->success, chunk);
     return len;
   } catch (...) {
     t->failure = std::current_exception();
@@ -256,15 +262,7 @@ int plain_on_body(http_parser* p, const char* at, size_t len) {
   auto* t = static_cast<PlainTransfer*>(p->data);
   try {
     std::string_view chunk(at, len);
-    if (t->success && t->req.on_body) {
-      t->req.on_body(chunk);
-    } else if (t->success) {
-      if (t->res.body.size() + len > kMaxJsonAnswer)
-        throw Error(Errc::protocol, "the manager's answer is larger than " + format_size(kMaxJsonAnswer));
-      t->res.body.append(chunk);
-    } else if (t->res.body.size() < kMaxErrorBody) {
-      t->res.body.append(chunk.substr(0, kMaxErrorBody - t->res.body.size()));
-    }
+    deliver_body(t->req, t->res, t->success, chunk);
     return 0;
   } catch (...) {
     t->failure = std::current_exception();
