@@ -116,7 +116,8 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
   sub->callback([&g, &out, st, remote] {
     Config cfg = load_config(g, st->driver);
     if (remote->count() > 0) {
-      std::string url = st->remote.empty() ? cfg.manager_url : st->remote.front();
+      // A bare --remote leaves an empty value (CLI11) or none: the configured manager then.
+      std::string url = st->remote.empty() || st->remote.front().empty() ? cfg.manager_url : st->remote.front();
       if (url.empty())
         throw Error(Errc::usage, "no manager to check").set_hint("sbx doctor --remote URL, or set SANDBOX_MANAGER_URL");
       while (!url.empty() && url.back() == '/') url.pop_back();
