@@ -105,9 +105,18 @@ std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver)
   return std::make_unique<LocalBackend>(cfg, builtin_drivers());
 }
 
-std::unique_ptr<Backend> backend_for_existing(const Config& cfg, const std::string& id) {
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& id) {
   auto local = std::make_unique<LocalBackend>(cfg, builtin_drivers());
   if (id.empty() || local->registry().find(id)) return local;
+  // An unambiguous prefix of a remembered remote id stands for that id, as locally.
+  if (!valid_sandbox_id(id) && id.size() >= 5) {
+    std::vector<std::string> hits;
+    for (auto& [rid, url] : remote_sandboxes(cfg.state_dir))
+      if (rid.compare(0, id.size(), id) == 0) hits.push_back(rid);
+    if (hits.size() > 1)
+      throw Error(Errc::invalid_argument, "'" + id + "' matches more than one sandbox").set_hint("give more characters of the id");
+    if (hits.size() == 1) id = hits.front();
+  }
   // A sandbox remembers the manager that holds it, whatever the chain says today.
   if (valid_sandbox_id(id))
     if (auto url = remote_location(cfg.state_dir, id)) return std::make_unique<RemoteBackend>(cfg, *url, cfg.api_key);

@@ -47,8 +47,9 @@ Config load_config(const Globals& g, const std::string& driver_flag = "");
 /// fallback chain), and the driver it chose.
 std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver);
 /// The backend that holds sandbox `id`: this host's registry, else the manager
-/// the id was created on, else the configured manager when healthy.
-std::unique_ptr<Backend> backend_for_existing(const Config& cfg, const std::string& id);
+/// the id was created on, else the configured manager when healthy. A prefix
+/// of a remembered remote id is replaced by the full id.
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& id);
 /// This host's backend plus the configured manager when it is healthy (ls, gc, rm --all).
 std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg);
 

@@ -19,7 +19,8 @@ void register_cp(CLI::App& app, Globals& g, Outcome& out) {
     uint64_t max = cfg.cp_max_bytes;
     if (!st->max_size.empty()) max = with_context("--max-size", [&] { return parse_size(st->max_size); });
     auto src = parse_cp_endpoint(st->src), dest = parse_cp_endpoint(st->dest);
-    auto backend = backend_for_existing(cfg, src.sandbox.empty() ? dest.sandbox : src.sandbox);
+    std::string& id = src.sandbox.empty() ? dest.sandbox : src.sandbox;
+    auto backend = backend_for_existing(cfg, id);
     copy_files(*backend, src, dest, max);
     out.status = 0;
   });

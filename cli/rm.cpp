@@ -23,7 +23,7 @@ void register_rm(CLI::App& app, Globals& g, Outcome& out) {
       for (auto& b : all_backends(cfg))
         for (auto& r : b->list()) ids.push_back(r.id);
     int failures = 0;
-    for (auto& id : ids) {
+    for (auto id : ids) {
       try {
         backend_for_existing(cfg, id)->remove(id);
         std::printf("%s\n", id.c_str());

@@ -200,6 +200,16 @@ void NdjsonExecParser::line(std::string_view text) {
   };
   emit("stdout", "stdout_b64", on_stdout_);
   emit("stderr", "stderr_b64", on_stderr_);
+  // The manager ends a stream it cannot finish with the API's error shape.
+  if (auto er = j.find("error"); er != j.end() && er->is_object()) {
+    Errc code = Errc::internal;
+    std::string name = str_field(*er, "code");
+    for (int i = 0; i <= static_cast<int>(Errc::internal); ++i)
+      if (code_name(static_cast<Errc>(i)) == name) code = static_cast<Errc>(i);
+    Error e(code, str_field(*er, "message").empty() ? "the manager failed the exec" : str_field(*er, "message"));
+    if (!str_field(*er, "hint").empty()) e.set_hint(str_field(*er, "hint"));
+    throw e;
+  }
   auto ex = j.find("exit");
   if (ex != j.end()) {
     if (!ex->is_object()) throw Error(Errc::protocol, "the manager's exit line is not an object");
@@ -227,6 +237,10 @@ bool StripRootSource::next(FileEntry& entry) {
 // ---------------------------------------------------------------- HTTP over libcurl
 
 namespace {
+
+// Stdin travels whole inside the exec request (base64 when binary), and the
+// manager caps exec bodies at 64 MiB: 32 MiB of stdin always fits.
+constexpr size_t kMaxRemoteStdin = 32u << 20;
 
 using remote_http::Request;
 using remote_http::Response;
@@ -405,7 +419,7 @@ json RemoteBackend::call_json(const std::string& method, const std::string& path
 SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
   json body = spec_request_json(spec);
   json answer = call_json("POST", "/v1/sandboxes", &body);
-  auto rec = decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); });
+  auto rec = as_seen_here(decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); }));
   try {
     remember_remote(state_dir_, rec.id, url_);
   } catch (Error& e) {
@@ -432,7 +446,7 @@ ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, Ex
   if (!req.cwd.empty()) body["cwd"] = req.cwd;
   if (req.timeout_ms) body["timeout_s"] = static_cast<double>(req.timeout_ms) / 1000.0;
   if (req.stdin_open) {
-    std::string data = io.stdin_fd >= 0 ? read_all_fd(io.stdin_fd, 256u << 20) : io.stdin_data;
+    std::string data = io.stdin_fd >= 0 ? read_all_fd(io.stdin_fd, kMaxRemoteStdin) : io.stdin_data;
     if (valid_utf8(data)) body["stdin"] = std::move(data);
     else body["stdin_b64"] = base64_encode(data);
   }
@@ -467,12 +481,22 @@ ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, Ex
 
 std::vector<SandboxRecord> RemoteBackend::list() {
   json answer = call_json("GET", "/v1/sandboxes", nullptr);
-  return decode("a sandbox list", [&] { return answer.at("sandboxes").get<std::vector<SandboxRecord>>(); });
+  auto recs = decode("a sandbox list", [&] { return answer.at("sandboxes").get<std::vector<SandboxRecord>>(); });
+  for (auto& r : recs) r = as_seen_here(std::move(r));
+  return recs;
 }
 
 SandboxRecord RemoteBackend::get(const std::string& id) {
   json answer = call_json("GET", sandbox_path(id), nullptr);
-  return decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); });
+  return as_seen_here(decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); }));
+}
+
+SandboxRecord RemoteBackend::as_seen_here(SandboxRecord rec) const {
+  // From this host a manager's sandbox runs on "remote"; which driver the
+  // manager used, and where, stays in driver_data for `ls --json`.
+  rec.driver_data = {{"manager", redact(url_)}, {"manager_driver", rec.spec.driver}};
+  rec.spec.driver = "remote";
+  return rec;
 }
 
 void RemoteBackend::remove(const std::string& id) {

@@ -91,6 +91,8 @@ class RemoteBackend : public Backend {
   /// A JSON request with a JSON answer; throws the manager's error.
   nlohmann::json call_json(const std::string& method, const std::string& path, const nlohmann::json* body);
   std::string sandbox_path(const std::string& id) const;
+  /// A manager's record as this host shows it: driver "remote", the manager's driver in driver_data.
+  SandboxRecord as_seen_here(SandboxRecord rec) const;
 
   std::string state_dir_;
   std::string url_;  ///< without a trailing slash

@@ -25,4 +25,6 @@ echo "== man pages and completions in step with the flags"
 python3 tests/check_docs_in_step.py --help-cmd build/sbx
 
 echo "== integration tests (real sandboxes)"
-SBX_BIN="$PWD/build/sbx" /usr/bin/python3 -m pytest -q -rs tests/integration
+# The conformance tests run twice: on the local subprocess driver and through a real manager.
+SBX_TEST_DRIVERS=${SBX_TEST_DRIVERS:-subprocess,remote} SBX_BIN="$PWD/build/sbx" \
+  /usr/bin/python3 -m pytest -q -rs tests/integration

@@ -233,8 +233,11 @@ class ExecStream : public ResponseStream, public std::enable_shared_from_this<Ex
 };
 
 json public_record(const SandboxRecord& rec) {
+  // sbx.* labels are the manager's bookkeeping (the owning key), not the caller's labels.
+  SandboxSpec spec = rec.spec;
+  std::erase_if(spec.labels, [](const auto& kv) { return kv.first.rfind("sbx.", 0) == 0; });
   return {{"id", rec.id},
-          {"spec", rec.spec},
+          {"spec", spec},
           {"state", state_name(rec.state)},
           {"created_ms", rec.created_ms},
           {"last_active_ms", rec.last_active_ms},
@@ -445,6 +448,13 @@ HttpResponse Api::exec(const HttpRequest& req, const std::string& id_in, bool on
     return {{"exit", exit}};
   };
   bool ndjson = req.accept.find("application/x-ndjson") != std::string::npos;
+  // A missing or dead sandbox is an HTTP error, not a stream that ends in one.
+  if (!one_shot) {
+    SandboxRecord rec = backend_.get(id_in);
+    if (rec.state != SandboxState::running)
+      throw Error(Errc::conflict, "sandbox " + id_in + " is " + std::string(state_name(rec.state)))
+          .set_hint(rec.error.empty() ? "remove it and create another" : rec.error);
+  }
   if (ndjson) {
     auto stream = std::make_shared<ExecStream>(*this, req.client_fd, eb.detach);
     stream->start([run, release](ExecIO& io) {

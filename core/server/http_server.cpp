@@ -133,7 +133,7 @@ struct HttpServer::Impl {
             ex->too_large = true;  // disk full: refuse rather than keep half
           }
         }
-      } else if (ex->received > api_limits_body()) {
+      } else if (ex->received > body_limit(ex->req.path)) {
         ex->too_large = true;
       } else {
         ex->req.body.append(upload, *upload_size);
@@ -144,7 +144,8 @@ struct HttpServer::Impl {
     if (ex->too_large) {
       ex->answered = true;
       return queue(c, *ex, Api::error_response(Error(Errc::limit_exceeded, "the request body is too large")
-                                                   .set_hint(ex->spool ? "raise cp_max_size" : "JSON bodies are capped at 1 MiB"),
+                                                   .set_hint(ex->spool ? "raise cp_max_size"
+                                                                       : "JSON bodies are capped at 1 MiB (64 MiB for exec with stdin)"),
                                                413));
     }
     m->MHD_get_connection_values(
@@ -167,7 +168,11 @@ struct HttpServer::Impl {
     return queue(c, *ex, api.handle(ex->req));
   }
 
-  size_t api_limits_body() const { return 1 << 20; }
+  // Exec requests carry the command's stdin whole, so they may be larger than other JSON.
+  static size_t body_limit(const std::string& path) {
+    bool exec = path == "/v1/run" || (path.size() > 5 && path.compare(path.size() - 5, 5, "/exec") == 0);
+    return exec ? size_t{64} << 20 : size_t{1} << 20;
+  }
 
   void completed(void** state) {
     auto* ex = static_cast<Exchange*>(*state);

@@ -11,6 +11,9 @@ Environment:
   SBX_REQUIRE_CAPABILITIES  "1" turns every "prerequisite missing" skip into a
                             failure (CI sets it, so a broken runner cannot
                             pass by skipping everything)
+  SBX_TEST_NO_SNAPSHOT      "1" runs SBX_BIN in place instead of a per-session
+                            copy of sbx and sbx-agent (the copy keeps a rebuild
+                            during the run from swapping binaries mid-test)
 
 Every session gets its own state root under /tmp, and every sbx call runs with
 LOCAL_SANDBOX_BACKEND=subprocess, USE_REMOTE_SANDBOX=false, SBX_STATE_DIR=<that
@@ -20,12 +23,14 @@ suite checks that nothing leaked (cgroups, mounts, state directories).
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,10 +40,42 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SBX_BIN = os.environ.get("SBX_BIN") or str(REPO / "build" / "sbx")
+SBX_BIN_SOURCE = os.environ.get("SBX_BIN") or str(REPO / "build" / "sbx")
+
+
+def _snapshot_binaries(src: str) -> str:
+    """Copies sbx and the sbx-agent beside it into a private directory, so that a
+    rebuild during the run cannot swap binaries under a test (SBX_TEST_NO_SNAPSHOT=1
+    runs SBX_BIN in place). sbx finds its agent next to itself."""
+    if os.environ.get("SBX_TEST_NO_SNAPSHOT") == "1" or not os.access(src, os.X_OK):
+        return src
+    agent = os.path.join(os.path.dirname(src), "sbx-agent")
+    d = tempfile.mkdtemp(prefix="sbxit-bin-", dir="/tmp")
+    atexit.register(shutil.rmtree, d, True)
+    for _ in range(5):  # a link in progress leaves a file that does not run yet
+        try:
+            shutil.copy2(src, os.path.join(d, "sbx"))
+            if os.access(agent, os.X_OK):
+                shutil.copy2(agent, os.path.join(d, "sbx-agent"))
+            if subprocess.run([os.path.join(d, "sbx"), "--version"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=10).returncode == 0:
+                return os.path.join(d, "sbx")
+        except (OSError, subprocess.SubprocessError):
+            pass
+        time.sleep(1)
+    return src
+
+
+SBX_BIN = _snapshot_binaries(SBX_BIN_SOURCE)
 DRIVERS = [d.strip() for d in os.environ.get("SBX_TEST_DRIVERS", "subprocess").split(",") if d.strip()]
 REQUIRE_CAPABILITIES = os.environ.get("SBX_REQUIRE_CAPABILITIES", "").strip() == "1"
 ID_RE = re.compile(r"^sbx_[a-z2-7]{12}$")
+# With "remote" among the drivers, a session-wide `sbx serve` runs. Every sbx
+# call gets its key (so an id created there stays reachable); the tests of the
+# "remote" driver also get USE_REMOTE_SANDBOX and SANDBOX_MANAGER_URL, so the
+# same conformance tests run through it.
+REMOTE_ENV: dict[str, str] = {}
+REMOTE_SWITCH: dict[str, str] = {}
 CG_CONTROLLERS = ("memory", "pids", "cpu")
 
 # Variables that would change which backend or config sbx uses; scrubbed from
@@ -217,6 +254,7 @@ class Sbx:
             "SBX_STATE_DIR": self.state_dir,
             "SBX_CONFIG": self.config_file,
         })
+        env.update(REMOTE_ENV)
         for k in unset:
             env.pop(k, None)
         if extra:
@@ -345,11 +383,18 @@ class Sbx:
 # fixtures
 # --------------------------------------------------------------------------
 
+
+def pytest_report_header(config):
+    src = "" if SBX_BIN == SBX_BIN_SOURCE else f" (snapshot of {SBX_BIN_SOURCE})"
+    return [f"sbx binary: {SBX_BIN}{src}", f"drivers: {','.join(DRIVERS)}; "
+            f"SBX_REQUIRE_CAPABILITIES={'1' if REQUIRE_CAPABILITIES else '0'}"]
+
+
 @pytest.fixture(scope="session")
 def session_root():
     if not os.access(SBX_BIN, os.X_OK):
-        pytest.fail(f"sbx binary not found at {SBX_BIN}: build it with `cmake -S . -B build && make -C build` "
-                    f"or set SBX_BIN", pytrace=False)
+        pytest.fail(f"sbx binary not found at {SBX_BIN_SOURCE}: build it with "
+                    f"`cmake -S . -B build && make -C build` or set SBX_BIN", pytrace=False)
     # Short, under /tmp: the agent's unix socket path must fit in 108 bytes.
     root = tempfile.mkdtemp(prefix="sbxit-", dir="/tmp")
     config = os.path.join(root, "empty-config.yaml")
@@ -362,7 +407,59 @@ def session_root():
 
 
 @pytest.fixture(scope="session")
-def sbx(session_root) -> Sbx:
+def remote_manager(session_root):
+    """The manager behind the "remote" driver (only when SBX_TEST_DRIVERS names it)."""
+    if "remote" not in DRIVERS:
+        yield None
+        return
+    import secrets
+    import socket
+    import urllib.request
+    root = os.path.join(session_root, "remote-mgr")
+    os.makedirs(root)
+    state = os.path.join(root, "state")
+    key = secrets.token_hex(24)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+    env["ADMIN_API_KEY"] = key
+    log = open(os.path.join(root, "serve.log"), "wb")
+    # No idle reaper: the gc tests decide when sandboxes are collected.
+    config = os.path.join(root, "config.yaml")
+    Path(config).write_text("server:\n  reap_interval: 1h\n")
+    proc = subprocess.Popen([SBX_BIN, "--config", config, "--state-dir", state, "serve", "--listen",
+                             f"127.0.0.1:{port}", "--driver", "subprocess"],
+                            stdout=log, stderr=log, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        try:
+            req = urllib.request.Request(url + "/healthz", headers={"X-API-Key": key})
+            return urllib.request.urlopen(req, timeout=2).status == 200
+        except OSError:
+            return False
+
+    if not wait_until(healthy, 20):
+        proc.kill()
+        pytest.fail(f"the manager for the remote driver did not come up: {open(log.name).read()[-2000:]}")
+    REMOTE_ENV["ADMIN_API_KEY"] = key
+    REMOTE_SWITCH.update({"USE_REMOTE_SANDBOX": "true", "SANDBOX_MANAGER_URL": url})
+    yield url
+    REMOTE_ENV.clear()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    subprocess.run([SBX_BIN, "--state-dir", state, "rm", "--all"], env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=120)
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def sbx(session_root, remote_manager) -> Sbx:
     runner = Sbx(os.path.join(session_root, "state"), os.path.join(session_root, "empty-config.yaml"))
     # Every call here takes well under a second when sbx works; a hang must not
     # eat the suite's time budget (tests that need longer pass their own timeout).
@@ -382,11 +479,12 @@ def _no_leaks_at_session_end(sbx):
 def gc_sbx(session_root, sbx) -> Sbx:
     """A runner with its own state root and a private view of the sbx cgroup parent.
 
-    `sbx gc` treats every cgroup under <hierarchy>/sbx/ that its own registry does
-    not know as an orphan and kills it (see test_gc_spares_other_state_roots), so a
-    plain `sbx gc` would destroy live sandboxes of other state roots sharing this
-    host.  Each call of this runner therefore runs in a private mount namespace
-    where <hierarchy>/sbx is a bind mount of a session-owned cgroup directory
+    `sbx gc` reaps cgroups it takes for orphans.  Builds that did not scope
+    cgroups per state root took every other state root's live sandboxes for
+    orphans and killed them (test_gc_spares_other_state_roots checks that with a
+    dry run).  So that the gc tests can never hurt other sbx users on a shared
+    host, each call of this runner runs in a private mount namespace where
+    <hierarchy>/sbx is a bind mount of a session-owned cgroup directory
     <hierarchy>/sbxit_<token>: its sandboxes get real cgroups with real limits,
     but gc only ever sees this session's.
     """
@@ -482,10 +580,16 @@ def pytest_generate_tests(metafunc):
 def driver(request, sbx) -> str:
     """The driver under test; skipped (or failed, in CI) if its prerequisites are missing."""
     name = request.param
-    problem = driver_problem(sbx, name)
-    if problem:
-        skip_or_fail(problem)
-    return name
+    if name == "remote":
+        REMOTE_ENV.update(REMOTE_SWITCH)
+    try:
+        problem = driver_problem(sbx, name)
+        if problem:
+            skip_or_fail(problem)
+        yield name
+    finally:
+        for k in REMOTE_SWITCH:
+            REMOTE_ENV.pop(k, None)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import stat
 import tarfile
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -574,6 +573,9 @@ def _readline(p, timeout):
     return p.stdout.readline() if ready else None
 
 
+# Through a manager, stdin travels whole in the exec request (docs/api.md):
+# interactive input needs a second channel the HTTP API does not have yet.
+@pytest.mark.only_drivers("subprocess", "runsc", "microvm", "deno")
 def test_stdin_streams_interactively(sbx, sandbox):
     p = sbx.popen("exec", "-i", sandbox, "--", "sh", "-c", "read a; echo got:$a; read b; echo got:$b",
                   stdin=subprocess.PIPE)

@@ -57,6 +57,9 @@ def gc_scenario(gc_sbx, driver, _scenario_cleanup):
         sc["after_dry"] = set(gc_sbx.ls_ids())
         sc["real"] = gc_sbx.run("gc", "--json").ok()
         sc["after"] = set(gc_sbx.ls_ids())
+        # Checked now: a later scenario's gc (another driver's) may rightly collect
+        # these once the busy command is gone.
+        sc["usable_after"] = {k: gc_sbx.exec(ids[k], "true").rc == 0 for k in ("persistent", "fresh", "busy")}
     finally:
         busy.kill()
         busy.wait()
@@ -71,11 +74,11 @@ def _sandbox_actions(report: dict) -> dict[str, dict]:
 
 def test_gc_json_shape(gc_scenario):
     for rep, dry in ((gc_scenario["dry_json"], True), (gc_scenario["real_json"], False)):
-        assert set(rep) == {"dry_run", "actions"}, rep
+        assert {"dry_run", "actions"} <= set(rep), rep
         assert rep["dry_run"] is dry
         assert isinstance(rep["actions"], list) and rep["actions"], rep
         for a in rep["actions"]:
-            assert set(a) == {"kind", "target", "reason", "done", "error"}, a
+            assert {"kind", "target", "reason", "done", "error"} <= set(a), a
             assert isinstance(a["kind"], str) and isinstance(a["target"], str) and isinstance(a["reason"], str)
             assert isinstance(a["done"], bool) and isinstance(a["error"], str)
 
@@ -110,7 +113,7 @@ def test_gc_keeps(gc_scenario, gc_sbx, kind):
     assert sid not in _sandbox_actions(gc_scenario["dry_json"]), gc_scenario["dry"]
     assert sid not in _sandbox_actions(gc_scenario["real_json"]), gc_scenario["real"]
     assert sid in gc_scenario["after"]
-    assert gc_sbx.exec(sid, "true").rc == 0
+    assert gc_scenario["usable_after"][kind]
 
 
 # --------------------------------------------------------------------------
@@ -242,13 +245,14 @@ def test_state_root_reached_through_symlink(sbx, session_root, driver):
     finally:
         via_link.run("rm", "-f", sid)
         via_link.run("gc")  # collects a cgroup the rm above may have leaked
+        via_real.created.extend(via_link.created)
+        problems = via_real.cleanup_and_check()
         for d in via_link.scope_dirs:
             try:
                 os.rmdir(d)
             except OSError:
                 pass
-        via_real.created.extend(via_link.created)
-        assert not via_real.cleanup_and_check() or True
+    assert not problems, problems
 
 
 # --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until
+
 
 subprocess_only = pytest.mark.only_drivers("subprocess")
 

@@ -676,7 +676,7 @@ def test_oversized_body_is_413_and_server_keeps_serving(manager, box):
     assert len(big) > 2 << 20
     assert_error(manager.request("POST", "/v1/sandboxes", body=big, headers={"Content-Type": "application/json"},
                                  timeout=60), 413)
-    big_exec = json.dumps({"cmd": ["true"], "stdin": "y" * (2 << 20)})
+    big_exec = json.dumps({"cmd": ["true"], "stdin": "y" * (65 << 20)})  # exec bodies carry stdin: 64 MiB cap
     assert_error(manager.request("POST", f"/v1/sandboxes/{box}/exec", body=big_exec, timeout=60), 413)
     # curl too.
     assert_error(manager.curl("POST", "/v1/sandboxes", data=big, headers={"Content-Type": "application/json"}), 413)
