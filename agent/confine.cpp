@@ -18,8 +18,13 @@ int drop_privileges() {
   // before the power to do so (CAP_SETPCAP) is itself dropped.
   if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
                                      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-                                     SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0)
-    return errno;
+                                     SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0) {
+    // gVisor (runsc) implements no securebits at all: both calls fail with
+    // EINVAL. There the emptied bounding set, capset and no_new_privs below
+    // still keep root from regaining capabilities through exec; any other failure stops.
+    int e = errno;
+    if (!(e == EINVAL && ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) < 0 && errno == EINVAL)) return e;
+  }
   for (int cap = 0; cap <= 63; ++cap) {
     if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return errno;
   }

@@ -4,9 +4,12 @@
 // or a micro-VM guest.
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,7 +24,7 @@ namespace {
 
 void usage() {
   std::fputs(
-      "usage: sbx-agent [--listen-fd N] [--fd N]... [--exit-on-close] [--mkdir DIR]... [--no-confine]\n"
+      "usage: sbx-agent [--listen-fd N | --listen PATH] [--fd N]... [--exit-on-close] [--mkdir DIR]... [--no-confine]\n"
       "Serves the sbx agent protocol inside a sandbox. Not meant to be run by hand.\n",
       stderr);
 }
@@ -36,10 +39,40 @@ int parse_fd(const char* s) {
   return static_cast<int>(v);
 }
 
+// For runtimes that cannot hand over a listening descriptor (runsc: the
+// container's init is exec'd by gVisor), the agent makes its own socket in a
+// directory the host shares with it (runsc --host-uds=all exposes it to the host).
+int listen_path(const char* path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (std::strlen(path) >= sizeof addr.sun_path) {
+    std::fprintf(stderr, "sbx-agent: socket path too long: %s\n", path);
+    std::exit(1);
+  }
+  std::strncpy(addr.sun_path, path, sizeof addr.sun_path - 1);
+  int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    std::fprintf(stderr, "sbx-agent: socket: %s\n", std::strerror(errno));
+    std::exit(1);
+  }
+  ::unlink(path);  // a stale socket of an earlier run would make bind fail
+  // Only root (the host's, through the shared directory) may talk to the agent.
+  mode_t old = ::umask(0177);
+  int rc = ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int err = errno;
+  ::umask(old);
+  if (rc != 0 || ::chmod(path, 0600) != 0 || ::listen(s, 128) != 0) {
+    std::fprintf(stderr, "sbx-agent: cannot listen on %s: %s\n", path, std::strerror(rc != 0 ? err : errno));
+    std::exit(1);
+  }
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   sbx::agent::ServerOptions opts;
+  const char* listen_at = nullptr;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -50,6 +83,7 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--listen-fd") opts.listen_fd = parse_fd(next());
+    else if (a == "--listen") listen_at = next();
     else if (a == "--fd") opts.stream_fds.push_back(parse_fd(next()));
     else if (a == "--exit-on-close") opts.exit_when_streams_close = true;
     else if (a == "--mkdir") {
@@ -69,7 +103,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (opts.listen_fd < 0 && opts.stream_fds.empty()) {
+  if (opts.listen_fd < 0 && opts.stream_fds.empty() && !listen_at) {
     usage();
     return 2;
   }
@@ -87,6 +121,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // Made only now, after the filter is in place: a socket that exists means an
+  // agent that is confined and about to serve, which the host can wait for.
+  if (listen_at) opts.listen_fd = listen_path(listen_at);
   try {
     return sbx::agent::serve(opts);
   } catch (const sbx::Error& e) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <set>
 
@@ -58,14 +59,18 @@ void make_pipe(int fds[2]) {
     if (::dup3(report_fd, 3, O_CLOEXEC) < 0) child_fail(report_fd, kSetup, errno);
     report_fd = 3;
   }
-  if (::close_range(4, ~0U, 0) != 0) child_fail(report_fd, kSetup, errno);
+  // gVisor (runsc 20221219) refuses a last descriptor above INT_MAX with EINVAL.
+  if (::close_range(4, ~0U, 0) != 0 && ::close_range(4, INT_MAX, 0) != 0) child_fail(report_fd, kSetup, errno);
   if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) != 0) child_fail(report_fd, kChdir, errno);
   if (req.confine) {
     // The seccomp filter is already in force: the agent installed it on itself.
     int e = drop_privileges();
     if (e) child_fail(report_fd, kConfine, e);
   }
-  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) child_fail(report_fd, kSetup, errno);
+  // gVisor (runsc 20221219) has no child subreapers (EINVAL): orphans of the
+  // command then go to the agent, the container's init, which reaps them; only
+  // kill_tree's reach over re-parented daemons is lost there.
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 && errno != EINVAL) child_fail(report_fd, kSetup, errno);
   pid_t cmd = ::fork();
   if (cmd < 0) child_fail(report_fd, kSetup, errno);
   if (cmd == 0) {

@@ -1,5 +1,6 @@
 #include "backends/drivers.hpp"
 
+#include "backends/runsc/driver.hpp"
 #include "backends/subprocess/driver.hpp"
 #include "core/config.hpp"
 #include "core/remote_backend.hpp"
@@ -7,7 +8,7 @@
 namespace sbx {
 
 namespace {
-std::vector<Probe> probe_remote(const Config& cfg) {
+std::vector<Probe> probe_remote(const Config& cfg, bool /*deep*/) {
   if (cfg.manager_url.empty())
     return {{false, "manager URL", "SANDBOX_MANAGER_URL is not set", "set SANDBOX_MANAGER_URL to a running sbx serve"}};
   auto problem = check_manager_health(cfg, cfg.manager_url);
@@ -19,6 +20,7 @@ std::vector<Probe> probe_remote(const Config& cfg) {
 const DriverTable& builtin_drivers() {
   static const DriverTable table = {
       {"subprocess", "namespaces + overlayfs + cgroups + seccomp on this host", &subprocess::probe, &subprocess::make},
+      {"runsc", "gVisor (runsc) containers: a user-space kernel between the code and the host", &runsc::probe, &runsc::make},
       {"remote", "forward to the sbx serve at SANDBOX_MANAGER_URL", &probe_remote, nullptr},
   };
   return table;

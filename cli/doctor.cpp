@@ -136,7 +136,7 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
 
     std::map<std::string, bool> driver_ok;
     for (auto& d : builtin_drivers()) {
-      auto probes = d.probe(cfg);
+      auto probes = d.probe(cfg, true);
       bool ok = true;
       for (auto& p : probes) ok = ok && (p.ok || p.advisory);
       driver_ok[d.name] = ok;

@@ -56,8 +56,10 @@ class Driver {
 struct DriverInfo {
   std::string name;     ///< as given to --driver
   std::string summary;  ///< one line for help and doctor
-  /// Checks this host can run the driver; one Probe per prerequisite.
-  std::vector<Probe> (*probe)(const Config& cfg);
+  /// Checks this host can run the driver; one Probe per prerequisite. `deep`
+  /// (doctor) may take seconds (smoke runs, platform probes); otherwise (a
+  /// manager's /healthz) it must answer from what is known or cached.
+  std::vector<Probe> (*probe)(const Config& cfg, bool deep);
   /// Makes a driver instance for this configuration; nullptr for "remote",
   /// which forwards whole calls (RemoteBackend) instead of running sandboxes here.
   std::unique_ptr<Driver> (*make)(const Config& cfg);

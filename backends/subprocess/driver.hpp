@@ -13,7 +13,7 @@
 namespace sbx::subprocess {
 
 /// The probes doctor prints for this driver.
-std::vector<Probe> probe(const Config& cfg);
+std::vector<Probe> probe(const Config& cfg, bool deep);
 /// A driver instance.
 std::unique_ptr<Driver> make(const Config& cfg);
 

@@ -23,7 +23,7 @@ namespace {
 
 const std::string kUrl = "http://manager.internal:8000";
 
-std::vector<sbx::Probe> no_probes(const Config&) { return {}; }
+std::vector<sbx::Probe> no_probes(const Config&, bool) { return {}; }
 std::unique_ptr<sbx::Driver> no_driver(const Config&) { return nullptr; }
 
 DriverInfo row(const std::string& name) { return DriverInfo{name, "fake " + name, &no_probes, &no_driver}; }

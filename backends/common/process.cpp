@@ -1,0 +1,118 @@
+#include "backends/common/process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+
+#include "backends/common/cgroup.hpp"
+#include "core/error.hpp"
+#include "core/fd.hpp"
+#include "core/fsutil.hpp"
+
+namespace sbx::proc {
+
+uint64_t start_time(pid_t pid) {
+  auto stat = read_file_if_exists("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return 0;
+  auto close = stat->rfind(')');
+  if (close == std::string::npos) return 0;
+  // Fields after the command: state is the 3rd field, starttime the 22nd.
+  const char* s = stat->c_str() + close + 2;
+  char state = *s;
+  if (state == 'Z' || state == 'X') return 0;
+  int field = 3;
+  while (*s && field < 22) {
+    if (*s == ' ') ++field;
+    ++s;
+  }
+  return std::strtoull(s, nullptr, 10);
+}
+
+RunResult run(const std::vector<std::string>& argv, const RunOptions& opts) {
+  using namespace std::chrono;
+  // Everything the child needs is built before fork: after fork in a possibly
+  // multi-threaded process only raw system calls are safe.
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int out[2], go[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw sys_error("pipe", errno);
+  Fd out_r(out[0]), out_w(out[1]);
+  if (::pipe2(go, O_CLOEXEC) != 0) throw sys_error("pipe", errno);
+  Fd go_r(go[0]), go_w(go[1]);
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0) throw sys_error("/dev/null", errno);
+  Fd null_fd(devnull);
+  int sink = opts.output_fd >= 0 ? opts.output_fd : out_w.get();
+  pid_t pid = ::fork();
+  if (pid < 0) throw sys_error("cannot fork", errno);
+  if (pid == 0) {
+    char c;
+    if (::read(go_r.get(), &c, 1) != 1) ::_exit(127);  // the parent put us in the cgroup (or gave up)
+    ::setpgid(0, 0);  // one group to kill on timeout
+    if (::dup2(null_fd.get(), 0) < 0 || ::dup2(sink, 1) < 0 || ::dup2(sink, 2) < 0) ::_exit(127);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  out_w.reset();
+  go_r.reset();
+  auto reap = [&]() -> int {
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  };
+  if (opts.group) {
+    try {
+      opts.group->add(pid);
+    } catch (...) {
+      ::kill(pid, SIGKILL);
+      reap();
+      throw;
+    }
+  }
+  char c = 'G';
+  write_all(go_w.get(), std::string_view(&c, 1));
+  RunResult r;
+  auto deadline = steady_clock::now() + milliseconds(opts.timeout_ms);
+  // Read until EOF (captured output) or, for an output file, until the child exits.
+  bool eof = false;
+  while (!eof) {
+    auto left = duration_cast<milliseconds>(deadline - steady_clock::now()).count();
+    if (left <= 0) {
+      r.timed_out = true;
+      break;
+    }
+    pollfd p{out_r.get(), POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, opts.output_fd >= 0 ? 20 : left)));
+    if (n < 0 && errno != EINTR) break;
+    if (n > 0) {
+      char buf[4096];
+      ssize_t got = ::read(out_r.get(), buf, sizeof buf);
+      if (got <= 0) eof = true;
+      else if (r.output.size() < (64u << 10)) r.output.append(buf, static_cast<size_t>(got));
+    }
+    if (opts.output_fd >= 0) {
+      int st = 0;
+      pid_t w = ::waitpid(pid, &st, WNOHANG);
+      if (w == pid) {
+        r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return r;
+      }
+    }
+  }
+  if (r.timed_out) {
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+  }
+  r.status = reap();
+  return r;
+}
+
+}  // namespace sbx::proc

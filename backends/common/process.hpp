@@ -1,0 +1,38 @@
+// Host processes a driver starts or watches: the start-time check that tells
+// a live pid from a recycled one, and running a helper tool (runsc, ...) with
+// a deadline so a hung tool can never hang sbx.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sbx::cgroup {
+class Group;
+}
+
+namespace sbx::proc {
+
+/// Start time (clock ticks since boot) of pid, or 0 if it is gone or a zombie.
+/// (Same as subprocess::process_start_time, shared for other drivers.)
+uint64_t start_time(pid_t pid);
+
+struct RunOptions {
+  int timeout_ms = 30'000;           ///< SIGKILL the tool (and its process group) after this long
+  int output_fd = -1;                ///< stdout+stderr go here instead of being captured
+  const cgroup::Group* group = nullptr;  ///< joined before exec, so every descendant is inside
+};
+
+struct RunResult {
+  int status = -1;       ///< exit code; 128+N when killed by signal N
+  bool timed_out = false;
+  std::string output;    ///< stdout+stderr, when captured (capped at 64 KiB)
+};
+
+/// Runs argv (argv[0] a path) with stdin from /dev/null and waits for it.
+/// Throws only when it cannot be started at all.
+RunResult run(const std::vector<std::string>& argv, const RunOptions& opts = {});
+
+}  // namespace sbx::proc

@@ -1,0 +1,61 @@
+#include "backends/runsc/bundle.hpp"
+
+namespace sbx::runsc {
+
+using nlohmann::json;
+
+namespace {
+// Docker's default set: what a container's root ordinarily holds. The agent
+// drops all of them (and installs its seccomp filter) before running a command.
+const std::vector<std::string> kCaps = {
+    "CAP_CHOWN",  "CAP_DAC_OVERRIDE", "CAP_FOWNER",           "CAP_FSETID",      "CAP_KILL",
+    "CAP_SETGID", "CAP_SETUID",       "CAP_SETPCAP",          "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+    "CAP_MKNOD",  "CAP_AUDIT_WRITE",  "CAP_SETFCAP"};
+
+json mount(const std::string& dst, const std::string& type, const std::string& src, std::vector<std::string> opts) {
+  return {{"destination", dst}, {"type", type}, {"source", src}, {"options", std::move(opts)}};
+}
+}  // namespace
+
+json oci_spec(const BundlePlan& plan) {
+  std::string share = kShareDir;
+  std::vector<std::string> args = {share + "/sbx-agent", "--listen", share + "/agent.sock", "--mkdir", plan.workdir};
+  if (!plan.confine) args.push_back("--no-confine");
+  // No /dev mount: runsc gives the container gVisor's own /dev (null, zero,
+  // urandom, tty, ...), none of it a host device.
+  json mounts = json::array({
+      mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
+      mount("/dev/pts", "devpts", "devpts", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}),
+      mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}),
+      mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
+  });
+  // gVisor puts a sentry-memory tmpfs on /tmp unless the spec mounts one:
+  // binding the overlay's own /tmp keeps /tmp in the size-capped layer.
+  if (plan.own_tmp) mounts.push_back(mount("/tmp", "bind", plan.rootfs + "/tmp", {"rbind", "rw", "nosuid", "nodev"}));
+  for (auto& b : plan.ro_binds) mounts.push_back(mount(b, "bind", b, {"rbind", "ro", "nosuid", "nodev"}));
+  // The share is writable only because the agent must create its socket there;
+  // the agent binary inside it is a separate read-only bind.
+  mounts.push_back(mount(share, "bind", plan.sock_dir, {"rbind", "rw", "nosuid", "nodev", "noexec"}));
+  mounts.push_back(mount(share + "/sbx-agent", "bind", plan.agent_path, {"bind", "ro", "nosuid", "nodev"}));
+  json spec = {
+      {"ociVersion", "1.0.2"},
+      {"process",
+       {{"terminal", false},
+        {"user", {{"uid", 0}, {"gid", 0}}},
+        {"args", args},
+        {"env", {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}},
+        {"cwd", "/"},
+        {"capabilities", {{"bounding", kCaps}, {"effective", kCaps}, {"permitted", kCaps}}},
+        {"rlimits", json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", 65536}, {"soft", 65536}}})},
+        {"noNewPrivileges", false}}},
+      {"root", {{"path", plan.rootfs}, {"readonly", false}}},
+      {"hostname", plan.hostname},
+      {"mounts", mounts},
+      {"linux",
+       {{"namespaces", json::array({{{"type", "pid"}}, {{"type", "network"}}, {{"type", "ipc"}}, {{"type", "uts"}},
+                                    {{"type", "mount"}}})}}},
+  };
+  return spec;
+}
+
+}  // namespace sbx::runsc

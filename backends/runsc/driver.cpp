@@ -1,0 +1,308 @@
+#include "backends/runsc/driver.hpp"
+
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fcntl.h>
+#include <sstream>
+#include <thread>
+
+#include "backends/common/cgroup.hpp"
+#include "backends/common/hostview.hpp"
+#include "backends/common/process.hpp"
+#include "backends/runsc/bundle.hpp"
+#include "backends/runsc/runsc.hpp"
+#include "core/agent_binary.hpp"
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+
+namespace sbx::runsc {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kStartTimeoutMs = 30'000;
+
+Fd connect_unix(const std::string& path) {
+  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) throw sys_error("socket", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path)
+    throw Error(Errc::invalid_argument, "state directory path too long for a unix socket: " + path)
+        .set_hint("use a shorter --state-dir");
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw sys_error("cannot reach the sandbox's agent at " + path, errno);
+  return s;
+}
+
+std::string tail(const std::string& path, size_t max = 1500) {
+  auto text = read_file_if_exists(path).value_or("");
+  if (text.size() > max) text = "..." + text.substr(text.size() - max);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.empty() ? "(empty log)" : text;
+}
+
+void unmount(const std::string& path) {
+  // Lazy: a process that still holds it (a gofer being reaped) cannot make teardown fail.
+  while (::umount2(path.c_str(), MNT_DETACH) == 0) {
+  }
+}
+
+std::string str(const SandboxRecord& rec, const char* key, const std::string& dflt) {
+  auto it = rec.driver_data.find(key);
+  return it != rec.driver_data.end() && it->is_string() ? it->get<std::string>() : dflt;
+}
+
+class RunscDriver : public Driver {
+ public:
+  explicit RunscDriver(const Config& cfg) : cfg_(cfg) {}
+
+  void start(SandboxRecord& rec, const std::string& dir) override {
+    std::string bin = find_binary();
+    Platform platform = choose_platform(cfg_.state_dir);
+    std::string root = root_dir(cfg_.state_dir);
+    // Recorded, so teardown finds everything whatever name the state root is reached by later.
+    rec.driver_data["cgroup_scope"] = scope();
+    rec.driver_data["runsc_root"] = root;
+    rec.driver_data["platform"] = platform.name;
+    make_dirs(root, 0700);
+    auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, rec.spec.limits); });
+
+    // The writable layer: a tmpfs capped at the disk limit (the cap is the
+    // tmpfs size), private to this sandbox and alive until destroy(), under an
+    // overlay whose lower layer is the read-only base.
+    std::string lower = rec.spec.image.empty() ? hostview::ensure_skeleton(cfg_.state_dir) : rec.spec.image;
+    std::string layer = dir + "/layer", rootfs = dir + "/rootfs", sock = dir + "/sock", bundle = dir + "/bundle";
+    for (auto* d : {&layer, &rootfs, &bundle}) make_dirs(*d, 0700);
+    make_dirs(sock, 0700);
+    std::string tmpfs_opts = "mode=0755,size=" + std::to_string(rec.spec.limits.disk_mb * 1024 * 1024);
+    if (::mount("tmpfs", layer.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_opts.c_str()) != 0)
+      throw sys_error("mounting the writable layer (tmpfs) at " + layer, errno);
+    make_dirs(layer + "/upper", 0755);
+    make_dirs(layer + "/work", 0755);
+    std::string ovl = "lowerdir=" + lower + ",upperdir=" + layer + "/upper,workdir=" + layer + "/work,volatile";
+    if (::mount("overlay", rootfs.c_str(), "overlay", MS_NOSUID | MS_NODEV, ovl.c_str()) != 0)
+      throw sys_error("mounting the sandbox's root overlay at " + rootfs, errno);
+
+    BundlePlan plan;
+    plan.rootfs = rootfs;
+    if (rec.spec.image.empty()) plan.ro_binds = hostview::bind_dirs();
+    plan.sock_dir = sock;
+    plan.agent_path = find_agent_binary();
+    plan.workdir = rec.spec.workdir;
+    struct stat tst {};
+    // lstat: an image's /tmp symlink must not send the bind somewhere on the host.
+    plan.own_tmp = ::lstat((rootfs + "/tmp").c_str(), &tst) == 0 && S_ISDIR(tst.st_mode);
+    write_file_atomic(bundle + "/config.json", oci_spec(plan).dump(2), 0600, Durability::survive_process);
+
+    // The sandbox's stdio (the agent's stderr) and runsc's own errors go to the log.
+    std::string log = dir + "/agent.log";
+    Fd logfd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (!logfd) throw sys_error("cannot create " + log, errno);
+    // `runsc run` is started inside the sandbox's cgroup: the sandbox (sentry),
+    // the gofer and the ptrace stubs it forks all land there, so the limits
+    // and the OOM counter cover the whole container, as with the subprocess driver.
+    proc::RunOptions o;
+    o.timeout_ms = kStartTimeoutMs;
+    o.output_fd = logfd.get();
+    o.group = &group;
+    // No OOM tricks: on an OOM kill the kernel picks the sentry or a ptrace
+    // stub, and gVisor 20221219 cannot survive losing either, so the memory
+    // limit ends the whole sandbox (the oom_kill counter still names the cause).
+    auto args = global_args(bin, root, platform.name);
+    for (auto a : {"run", "--detach", "--bundle"}) args.push_back(a);
+    args.push_back(bundle);
+    args.push_back(rec.id);
+    auto r = proc::run(args, o);
+    if (r.timed_out)
+      throw Error(Errc::timeout, "runsc did not start the sandbox within " + std::to_string(kStartTimeoutMs / 1000) +
+                                     " s on platform " + platform.name + " (" + platform.why + ")")
+          .set_hint("try SBX_RUNSC_PLATFORM=ptrace; log: " + tail(log, 400));
+    if (r.status != 0) throw Error(Errc::io, "runsc run failed (exit " + std::to_string(r.status) + "): " + tail(log));
+
+    auto st = runsc(rec, {"state", rec.id});
+    pid_t pid = 0;
+    try {
+      pid = json::parse(st.output).value("pid", 0);
+    } catch (const json::exception&) {
+    }
+    if (st.status != 0 || pid <= 0) throw Error(Errc::io, "runsc state " + rec.id + " failed: " + st.output.substr(0, 500));
+    rec.agent_pid = pid;
+    rec.agent_start = proc::start_time(pid);
+    if (!rec.agent_start) throw Error(Errc::io, "the runsc sandbox exited at once: " + tail(log));
+    // The agent creates its socket only once its seccomp filter is loaded, so
+    // waiting for it tells a confined agent from one that gave up (its reason is in the log).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStartTimeoutMs);
+    for (int us = 200; !path_exists(sock + "/agent.sock"); us = std::min(us * 2, 20'000)) {
+      if (!alive(rec)) throw Error(Errc::unavailable, "the sandbox's agent exited while starting: " + tail(log));
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(Errc::timeout, "the sandbox's agent made no socket within 30 s: " + tail(log));
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+    }
+  }
+
+  Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/sock/agent.sock"); }
+
+  bool alive(const SandboxRecord& rec) override {
+    // The sandbox (sentry) process: it exits when the container's init, the agent, does.
+    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
+  }
+
+  void destroy(const SandboxRecord& rec, const std::string& dir) override {
+    if (!valid_sandbox_id(rec.id)) return;
+    std::string root = str(rec, "runsc_root", root_dir(cfg_.state_dir));
+    std::string scope = str(rec, "cgroup_scope", this->scope());
+    // Everything runsc started for this sandbox is in its cgroup: killing the
+    // group ends the sentry, the gofer and the stubs at once, without waiting
+    // on runsc's own (slower) shutdown.
+    if (alive(rec)) ::kill(rec.agent_pid, SIGKILL);
+    cgroup::Group::open(scope, rec.id).destroy();
+    // Then runsc forgets the container (its state files under --root).
+    if (known_to_runsc(root, rec.id)) {
+      auto g = global_args(find_binary(), root, "ptrace");
+      call(g, {"kill", "--all", rec.id, "KILL"}, 10'000);
+      auto r = call(g, {"delete", "--force", rec.id}, 20'000);
+      if (r.status != 0 && known_to_runsc(root, rec.id))
+        throw Error(Errc::io, "runsc delete " + rec.id + " failed: " + r.output.substr(0, 500));
+    }
+    if (!dir.empty()) {
+      unmount(dir + "/rootfs");
+      unmount(dir + "/layer");
+    }
+    cgroup::remove_scope_if_empty(scope);
+  }
+
+  uint64_t oom_kills(const SandboxRecord& rec) override {
+    return cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).oom_kills();
+  }
+
+  std::vector<std::string> orphans(const std::set<std::string>& live_ids) override {
+    // Cgroups of this scope are the subprocess driver's to report (same scope,
+    // same names); here: containers runsc still knows and mounts left in state dirs.
+    std::vector<std::string> out;
+    for (auto& id : listed(root_dir(cfg_.state_dir)))
+      if (!live_ids.count(id) && valid_sandbox_id(id)) out.push_back("runsc container " + id);
+    std::string prefix = cfg_.state_dir + "/sandboxes/";
+    auto mi = read_file_if_exists("/proc/self/mountinfo").value_or("");
+    std::istringstream in(mi);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream f(line);
+      std::string a, b, c, d, mp;
+      f >> a >> b >> c >> d >> mp;
+      if (mp.rfind(prefix, 0) != 0) continue;
+      std::string rest = mp.substr(prefix.size());
+      auto slash = rest.find('/');
+      std::string id = rest.substr(0, slash);
+      std::string leaf = slash == std::string::npos ? "" : rest.substr(slash + 1);
+      if (!live_ids.count(id) && valid_sandbox_id(id) && (leaf == "rootfs" || leaf == "layer"))
+        out.push_back("mount " + mp);
+    }
+    return out;
+  }
+
+  void reap_orphan(const std::string& what) override {
+    if (what.rfind("runsc container ", 0) == 0) {
+      SandboxRecord ghost;
+      ghost.id = what.substr(16);
+      destroy(ghost, "");
+    } else if (what.rfind("mount ", 0) == 0) {
+      unmount(what.substr(6));
+    }
+  }
+
+ private:
+  std::string scope() const { return cgroup::scope_for(cfg_.state_dir); }
+
+  proc::RunResult runsc(const SandboxRecord& rec, const std::vector<std::string>& args) {
+    return call(global_args(find_binary(), str(rec, "runsc_root", root_dir(cfg_.state_dir)),
+                            str(rec, "platform", "ptrace")),
+                args);
+  }
+
+  static bool known_to_runsc(const std::string& root, const std::string& id) {
+    // runsc keeps "<sandbox id>_sand:<container id>.state" (and a lock) per container under --root.
+    if (!path_exists(root)) return false;
+    for (auto& l : listed(root))
+      if (l == id) return true;
+    return false;
+  }
+
+  static std::vector<std::string> listed(const std::string& root) {
+    std::vector<std::string> ids;
+    if (!path_exists(root)) return ids;
+    try {
+      auto r = call(global_args(find_binary(), root, "ptrace"), {"list", "-quiet"}, 10'000);
+      std::istringstream in(r.output);
+      for (std::string id; in >> id;) ids.push_back(id);
+    } catch (const Error&) {
+    }
+    return ids;
+  }
+
+  Config cfg_;
+};
+
+}  // namespace
+
+std::vector<Probe> probe(const Config& cfg, bool deep) {
+  std::vector<Probe> out;
+  bool root = ::geteuid() == 0;
+  out.push_back({root, "running as root", root ? "uid 0" : "uid " + std::to_string(::geteuid()),
+                 "run sbx as root (runsc needs it to start sandboxes)"});
+  std::string bin;
+  try {
+    bin = find_binary();
+  } catch (const Error& e) {
+    out.push_back({false, "runsc", e.message(), e.hint()});
+    return out;
+  }
+  bool ok = false;
+  std::string ver = version(bin, &ok);
+  out.push_back({ok, "runsc", bin + ": " + ver, "reinstall runsc (apt-get install --reinstall runsc)"});
+  if (!ok || !root) return out;
+  std::string why;
+  auto ctrls = cgroup::detect(&why);
+  bool all = ctrls.size() == 3;
+  out.push_back({all, "cgroups (memory, pids, cpu)", all ? "found; runsc runs with --ignore-cgroups inside sbx's group" : why,
+                 "mount the memory, pids and cpu cgroup controllers (v1 or v2)"});
+  try {
+    // The kvm probe can take 5 s (it hangs on nested PVM hosts until its
+    // timeout): doctor probes once per boot and caches the choice (delete
+    // /run/sbx/runsc-platform to probe again); a health check never probes.
+    std::optional<Platform> known = deep ? std::optional<Platform>(choose_platform(cfg.state_dir, false))
+                                         : cached_platform(cfg.state_dir);
+    if (!known) {
+      out.push_back({true, "platform", "not chosen yet: probed at the first runsc sandbox (or run `sbx doctor`)", ""});
+      return out;
+    }
+    Platform p = *known;
+    out.push_back({true, "platform", p.name + ": " + p.why, ""});
+    if (deep) {
+      std::string smoke_why = smoke(cfg.state_dir, p.name, 15'000);
+      out.push_back({smoke_why.empty(), "smoke run (runsc do /bin/true on " + p.name + ")",
+                     smoke_why.empty() ? "passed" : smoke_why, "see `runsc --platform=" + p.name + " do /bin/true`"});
+    }
+  } catch (const Error& e) {
+    out.push_back({false, "platform", e.what(), e.hint()});
+  }
+  try {
+    out.push_back({true, "sbx-agent", find_agent_binary() + " (seccomp confinement on; gVisor implements seccomp)", ""});
+  } catch (const Error& e) {
+    out.push_back({false, "sbx-agent", e.message(), e.hint()});
+  }
+  return out;
+}
+
+std::unique_ptr<Driver> make(const Config& cfg) { return std::make_unique<RunscDriver>(cfg); }
+
+}  // namespace sbx::runsc
