@@ -16,7 +16,6 @@ class Group;
 namespace sbx::proc {
 
 /// Start time (clock ticks since boot) of pid, or 0 if it is gone or a zombie.
-/// (Same as subprocess::process_start_time, shared for other drivers.)
 uint64_t start_time(pid_t pid);
 
 struct RunOptions {

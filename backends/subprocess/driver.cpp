@@ -12,6 +12,7 @@
 
 #include "backends/common/cgroup.hpp"
 #include "backends/common/hostview.hpp"
+#include "backends/common/process.hpp"
 #include "backends/subprocess/launch.hpp"
 #include "core/agent_binary.hpp"
 #include "core/error.hpp"
@@ -61,7 +62,7 @@ class SubprocessDriver : public Driver {
   Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/agent.sock"); }
 
   bool alive(const SandboxRecord& rec) override {
-    return rec.agent_pid > 0 && process_start_time(rec.agent_pid) == rec.agent_start;
+    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
   }
 
   void destroy(const SandboxRecord& rec, const std::string& /*dir*/) override {
@@ -72,7 +73,7 @@ class SubprocessDriver : public Driver {
       // A pidfd pins the process: the kill cannot hit a recycled pid, and
       // poll tells when it is gone without sleeping in steps.
       Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, rec.agent_pid, 0)));
-      if (pidfd && process_start_time(rec.agent_pid) == rec.agent_start) {
+      if (pidfd && proc::start_time(rec.agent_pid) == rec.agent_start) {
         ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
         pollfd p{pidfd.get(), POLLIN, 0};
         ::poll(&p, 1, 5000);

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <grp.h>
 
+#include "backends/common/process.hpp"
 #include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/fsutil.hpp"
@@ -247,22 +248,6 @@ void write_id_maps(pid_t pid, uint32_t base) {
 
 }  // namespace
 
-uint64_t process_start_time(pid_t pid) {
-  auto stat = read_file_if_exists("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return 0;
-  auto close = stat->rfind(')');
-  if (close == std::string::npos) return 0;
-  // Fields after the command: state is the 3rd field, starttime the 22nd.
-  const char* s = stat->c_str() + close + 2;
-  char state = *s;
-  if (state == 'Z' || state == 'X') return 0;
-  int field = 3;
-  while (*s && field < 22) {
-    if (*s == ' ') ++field;
-    ++s;
-  }
-  return std::strtoull(s, nullptr, 10);
-}
 
 Launched launch(const LaunchPlan& plan, const cgroup::Group& group) {
   make_dirs(plan.state_dir + "/mnt", 0700);
@@ -345,7 +330,7 @@ Launched launch(const LaunchPlan& plan, const cgroup::Group& group) {
   if (n == 1) throw read_failure(msg);
   Launched out;
   out.pid = init;
-  out.start_time = process_start_time(init);
+  out.start_time = proc::start_time(init);
   if (!out.start_time) throw Error(Errc::io, "the sandbox's agent exited at once; see " + plan.state_dir + "/agent.log");
   return out;
 }

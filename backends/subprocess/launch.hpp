@@ -35,7 +35,5 @@ struct Launched {
 /// then waits for it to answer on <state_dir>/agent.sock).
 Launched launch(const LaunchPlan& plan, const cgroup::Group& group);
 
-/// Start time (clock ticks since boot) of pid, or 0 if it is gone or a zombie.
-uint64_t process_start_time(pid_t pid);
 
 }  // namespace sbx::subprocess
