@@ -261,7 +261,6 @@ HttpResponse Api::error_response(const Error& e, int status_override) {
 
 HttpResponse Api::handle(const HttpRequest& req) {
   ++in_flight_;
-  auto t0 = std::chrono::steady_clock::now();
   HttpResponse r;
   try {
     if (draining_ && req.path != "/healthz" && req.path != "/metrics")
@@ -274,7 +273,6 @@ HttpResponse Api::handle(const HttpRequest& req) {
   }
   --in_flight_;
   metrics_.request(req.method, r.status);
-  (void)t0;
   return r;
 }
 
