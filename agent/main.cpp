@@ -19,6 +19,7 @@
 #include "agent/server.hpp"
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/unix_socket.hpp"
 
 namespace {
 
@@ -43,29 +44,17 @@ int parse_fd(const char* s) {
 // container's init is exec'd by gVisor), the agent makes its own socket in a
 // directory the host shares with it (runsc --host-uds=all exposes it to the host).
 int listen_path(const char* path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (std::strlen(path) >= sizeof addr.sun_path) {
-    std::fprintf(stderr, "sbx-agent: socket path too long: %s\n", path);
-    std::exit(1);
-  }
-  std::strncpy(addr.sun_path, path, sizeof addr.sun_path - 1);
-  int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) {
-    std::fprintf(stderr, "sbx-agent: socket: %s\n", std::strerror(errno));
-    std::exit(1);
-  }
-  ::unlink(path);  // a stale socket of an earlier run would make bind fail
-  // Only root (the host's, through the shared directory) may talk to the agent.
+  // Only root (the host's, through the shared directory) may talk to the agent;
+  // the agent is single-threaded, so the umask can make the socket 0600 from birth.
   mode_t old = ::umask(0177);
-  int rc = ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  int err = errno;
-  ::umask(old);
-  if (rc != 0 || ::chmod(path, 0600) != 0 || ::listen(s, 128) != 0) {
-    std::fprintf(stderr, "sbx-agent: cannot listen on %s: %s\n", path, std::strerror(rc != 0 ? err : errno));
+  try {
+    sbx::Fd s = sbx::listen_unix(path);
+    ::umask(old);
+    return s.release();
+  } catch (const sbx::Error& e) {
+    std::fprintf(stderr, "sbx-agent: %s\n", e.what());
     std::exit(1);
   }
-  return s;
 }
 
 }  // namespace

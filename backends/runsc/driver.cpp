@@ -21,6 +21,7 @@
 #include "backends/runsc/runsc.hpp"
 #include "core/agent_binary.hpp"
 #include "core/error.hpp"
+#include "core/unix_socket.hpp"
 #include "core/fsutil.hpp"
 
 namespace sbx::runsc {
@@ -31,19 +32,6 @@ using nlohmann::json;
 
 constexpr int kStartTimeoutMs = 30'000;
 
-Fd connect_unix(const std::string& path) {
-  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s) throw sys_error("socket", errno);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path)
-    throw Error(Errc::invalid_argument, "state directory path too long for a unix socket: " + path)
-        .set_hint("use a shorter --state-dir");
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    throw sys_error("cannot reach the sandbox's agent at " + path, errno);
-  return s;
-}
 
 std::string tail(const std::string& path, size_t max = 1500) {
   auto text = read_file_if_exists(path).value_or("");
@@ -151,7 +139,7 @@ class RunscDriver : public Driver {
     }
   }
 
-  Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/sock/agent.sock"); }
+  Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/sock/agent.sock", "the sandbox's agent"); }
 
   bool alive(const SandboxRecord& rec) override {
     // The sandbox (sentry) process: it exits when the container's init, the agent, does.

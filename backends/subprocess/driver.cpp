@@ -16,6 +16,7 @@
 #include "backends/subprocess/launch.hpp"
 #include "core/agent_binary.hpp"
 #include "core/error.hpp"
+#include "core/unix_socket.hpp"
 #include "core/fsutil.hpp"
 #include "core/safe_path.hpp"
 
@@ -23,16 +24,6 @@ namespace sbx::subprocess {
 
 namespace {
 
-Fd connect_unix(const std::string& path) {
-  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s) throw sys_error("socket", errno);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    throw sys_error("cannot reach the sandbox's agent at " + path, errno);
-  return s;
-}
 
 class SubprocessDriver : public Driver {
  public:
@@ -59,7 +50,7 @@ class SubprocessDriver : public Driver {
     rec.agent_start = l.start_time;
   }
 
-  Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/agent.sock"); }
+  Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/agent.sock", "the sandbox's agent"); }
 
   bool alive(const SandboxRecord& rec) override {
     return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;

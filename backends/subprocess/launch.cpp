@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/fsutil.hpp"
+#include "core/unix_socket.hpp"
 
 namespace sbx::subprocess {
 
@@ -222,22 +223,6 @@ Prepared prepare(const LaunchPlan& plan) {
   return p;
 }
 
-Fd listen_socket(const std::string& path) {
-  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s) throw sys_error("socket", errno);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path)
-    throw Error(Errc::invalid_argument, "state directory path too long for a unix socket: " + path)
-        .set_hint("use a shorter --state-dir");
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  ::unlink(path.c_str());
-  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw sys_error("bind " + path, errno);
-  // Only the host's root may talk to the agent.
-  ::chmod(path.c_str(), 0600);
-  if (::listen(s.get(), 128) != 0) throw sys_error("listen " + path, errno);
-  return s;
-}
 
 void write_id_maps(pid_t pid, uint32_t base) {
   std::string map = "0 " + std::to_string(base) + " " + std::to_string(kIdCount) + "\n";
@@ -251,7 +236,7 @@ void write_id_maps(pid_t pid, uint32_t base) {
 
 Launched launch(const LaunchPlan& plan, const cgroup::Group& group) {
   make_dirs(plan.state_dir + "/mnt", 0700);
-  Fd lsock = listen_socket(plan.state_dir + "/agent.sock");
+  Fd lsock = listen_unix(plan.state_dir + "/agent.sock");
   Fd agent(::open(plan.agent_path.c_str(), O_PATH | O_CLOEXEC));
   if (!agent) throw sys_error("cannot open " + plan.agent_path, errno);
   Fd log(::open((plan.state_dir + "/agent.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
