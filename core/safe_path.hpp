@@ -1,6 +1,7 @@
 // Path resolution that cannot leave a root directory: `..`, absolute symlinks
 // and symlinks planted by sandboxed code all resolve inside the root, as if the
-// root were "/" (openat2 with RESOLVE_IN_ROOT, Linux >= 5.6).
+// root were "/" (openat2 with RESOLVE_IN_ROOT, Linux >= 5.6; where openat2 is
+// missing, as under gVisor, an equivalent walk one component at a time).
 #pragma once
 
 #include <sys/types.h>
