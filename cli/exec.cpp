@@ -53,6 +53,8 @@ int report(const ExecResult& r, const ExecIO& io, const SandboxSpec& spec, uint6
   if (r.oom_killed) {
     std::fprintf(stderr, "sbx: error: the command was killed: out of memory (limit %s)\n",
                  spec.limits.memory_mb ? format_size(spec.limits.memory_mb << 20).c_str() : "unknown");
+    if (r.sandbox_ended)
+      std::fprintf(stderr, "sbx: error: the whole sandbox ended with it (its runtime cannot survive an OOM kill)\n");
     std::fprintf(stderr, "sbx: hint: raise the limit with --memory when creating the sandbox\n");
   }
   return r.exit_code;

@@ -170,9 +170,35 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
     oom_before = driver->oom_kills(rec);
     agent.emplace(connect(rec, *driver));
   }
-  ExecResult res = agent->exec(req, io);
+  ExecResult res;
+  try {
+    res = agent->exec(req, io);
+  } catch (Error& e) {
+    if (e.code() != Errc::protocol) throw;
+    return agent_lost(rec, *driver, oom_before);
+  }
   registry_.touch(rec.id);
   if (res.signal == SIGKILL && !res.timed_out && driver->oom_kills(rec) > oom_before) res.oom_killed = true;
+  return res;
+}
+
+ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before) {
+  // The stream closes as the sandbox dies; the process itself may take a moment longer.
+  for (int i = 0; i < 50 && driver.alive(rec); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (driver.alive(rec)) throw;  // a broken stream, not a dead sandbox
+  bool oom = driver.oom_kills(rec) > oom_before;
+  rec.state = SandboxState::dead;
+  rec.error = oom ? "killed by its memory limit (" + std::to_string(rec.spec.limits.memory_mb) + " MiB)"
+                  : "its agent is gone";
+  registry_.save(rec);
+  if (!oom)
+    throw Error(Errc::unavailable, "sandbox " + rec.id + " died while the command ran")
+        .set_hint("remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes");
+  ExecResult res;
+  res.exit_code = 128 + SIGKILL;
+  res.signal = SIGKILL;
+  res.oom_killed = true;
+  res.sandbox_ended = true;
   return res;
 }
 

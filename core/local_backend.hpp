@@ -34,6 +34,9 @@ class LocalBackend : public Backend {
   std::unique_ptr<Driver> driver_for(const SandboxRecord& rec);
   /// A running sandbox's record and an agent connection, or a clear error.
   AgentClient connect(SandboxRecord& rec, Driver& driver);
+  /// Called in a handler for a stream that broke mid-exec: when the sandbox is gone, records
+  /// it dead and reports an OOM kill that took it down; else rethrows.
+  ExecResult agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before);
   /// An agent connection of a running sandbox for a file transfer (marks it used).
   AgentClient connect_for_files(const std::string& id);
   /// Tears down one sandbox under its exclusive lock.

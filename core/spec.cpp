@@ -134,12 +134,14 @@ void from_json(const json& j, ExecRequest& r) {
 void to_json(json& j, const ExecResult& r) {
   j = json{{"exit_code", r.exit_code}, {"signal", r.signal},         {"timed_out", r.timed_out},
            {"oom_killed", r.oom_killed}, {"duration_ms", r.duration_ms}};
+  if (r.sandbox_ended) j["sandbox_ended"] = true;
 }
 void from_json(const json& j, ExecResult& r) {
   opt(j, "exit_code", r.exit_code);
   opt(j, "signal", r.signal);
   opt(j, "timed_out", r.timed_out);
   opt(j, "oom_killed", r.oom_killed);
+  opt(j, "sandbox_ended", r.sandbox_ended);
   opt(j, "duration_ms", r.duration_ms);
 }
 

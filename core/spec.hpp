@@ -73,6 +73,9 @@ struct ExecResult {
   int signal = 0;             ///< the killing signal, or 0
   bool timed_out = false;
   bool oom_killed = false;
+  /// The whole sandbox ended with the command (a runtime that cannot survive
+  /// an OOM kill: gVisor); later execs fail, `sbx rm` frees it.
+  bool sandbox_ended = false;
   uint64_t duration_ms = 0;
 };
 

@@ -103,4 +103,23 @@ std::vector<std::string> bind_dirs() {
   return out;
 }
 
+std::vector<std::string> own_dirs(const std::string& workdir) { return {"/root", "/tmp", "/var/tmp", workdir}; }
+
+void check_own_dirs(const std::string& lower, const std::vector<std::string>& dirs) {
+  for (const auto& dir : dirs) {
+    for (size_t i = 1; i <= dir.size(); ++i) {
+      if (i != dir.size() && dir[i] != '/') continue;
+      std::string part = dir.substr(0, i);
+      if (part.size() >= 3 && (part.compare(part.size() - 3, 3, "/..") == 0 || part.find("/../") != std::string::npos))
+        throw Error(Errc::invalid_argument, "directory '" + dir + "' must not contain '..'");
+      struct stat st {};
+      if (::lstat((lower + part).c_str(), &st) != 0) break;  // missing: created below a real directory
+      if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode))
+        throw Error(Errc::invalid_argument, "the image's " + part + " is " + (S_ISLNK(st.st_mode) ? "a symlink" : "not a directory") +
+                                                ", where the sandbox needs its own directory " + dir)
+            .set_hint("make " + part + " a real directory in the image, or choose another --workdir");
+    }
+  }
+}
+
 }  // namespace sbx::hostview

@@ -17,4 +17,13 @@ std::string ensure_skeleton(const std::string& state_root);
 /// "/bin", "/lib", ... on hosts whose root is not merged into /usr).
 std::vector<std::string> bind_dirs();
 
+/// The directories every sandbox's root owns and may write (/root, /tmp,
+/// /var/tmp and its workdir); everything else of the base stays read-only.
+std::vector<std::string> own_dirs(const std::string& workdir);
+
+/// Refuses a base (`lower`) where a component of one of `dirs` is a symlink
+/// or not a directory: the host creates those directories in the sandbox's
+/// root as root, and a planted link would aim that at the host.
+void check_own_dirs(const std::string& lower, const std::vector<std::string>& dirs);
+
 }  // namespace sbx::hostview

@@ -19,7 +19,7 @@ json mount(const std::string& dst, const std::string& type, const std::string& s
 
 json oci_spec(const BundlePlan& plan) {
   std::string share = kShareDir;
-  std::vector<std::string> args = {share + "/sbx-agent", "--listen", share + "/agent.sock", "--mkdir", plan.workdir};
+  std::vector<std::string> args = {share + "/sbx-agent", "--listen", share + "/agent.sock"};
   if (!plan.confine) args.push_back("--no-confine");
   // No /dev mount: runsc gives the container gVisor's own /dev (null, zero,
   // urandom, tty, ...), none of it a host device.
@@ -29,10 +29,12 @@ json oci_spec(const BundlePlan& plan) {
       mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}),
       mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
   });
-  // gVisor puts a sentry-memory tmpfs on /tmp unless the spec mounts one:
-  // binding the overlay's own /tmp keeps /tmp in the size-capped layer.
-  if (plan.own_tmp) mounts.push_back(mount("/tmp", "bind", plan.rootfs + "/tmp", {"rbind", "rw", "nosuid", "nodev"}));
   for (auto& b : plan.ro_binds) mounts.push_back(mount(b, "bind", b, {"rbind", "ro", "nosuid", "nodev"}));
+  for (auto& [dst, src] : plan.file_binds) mounts.push_back(mount(dst, "bind", src, {"bind", "ro", "nosuid", "nodev"}));
+  // gVisor's container root is real root (uid 0 owns the base's files), so a
+  // read-only root is what keeps the base unwritable; the sandbox's own
+  // directories come back writable, from the same size-capped overlay.
+  for (auto& d : plan.rw_dirs) mounts.push_back(mount(d, "bind", plan.rootfs + d, {"rbind", "rw", "nosuid", "nodev"}));
   // The share is writable only because the agent must create its socket there;
   // the agent binary inside it is a separate read-only bind.
   mounts.push_back(mount(share, "bind", plan.sock_dir, {"rbind", "rw", "nosuid", "nodev", "noexec"}));
@@ -48,7 +50,7 @@ json oci_spec(const BundlePlan& plan) {
         {"capabilities", {{"bounding", kCaps}, {"effective", kCaps}, {"permitted", kCaps}}},
         {"rlimits", json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", 65536}, {"soft", 65536}}})},
         {"noNewPrivileges", false}}},
-      {"root", {{"path", plan.rootfs}, {"readonly", false}}},
+      {"root", {{"path", plan.rootfs}, {"readonly", true}}},
       {"hostname", plan.hostname},
       {"mounts", mounts},
       {"linux",

@@ -14,11 +14,15 @@ namespace sbx::runsc {
 struct BundlePlan {
   std::string rootfs;                 ///< merged root on the host (overlay mount point)
   std::vector<std::string> ro_binds;  ///< host dirs bound read-only at the same path
+  /// Read-only file binds {destination inside, host source}, mounted after ro_binds.
+  std::vector<std::pair<std::string, std::string>> file_binds;
   std::string sock_dir;               ///< host dir bound at /.sbx (agent socket)
   std::string agent_path;             ///< host sbx-agent, bound read-only at /.sbx/sbx-agent
-  std::string workdir;                ///< created by the agent at start
   std::string hostname = "sandbox";
-  bool own_tmp = true;                ///< rootfs/tmp is a real directory: bind it over gVisor's /tmp tmpfs
+  /// The sandbox's own writable directories (/tmp, /root, the workdir, ...):
+  /// bound read-write from the root's overlay over a read-only root. Also keeps
+  /// /tmp off gVisor's default sentry-memory tmpfs, in the size-capped layer.
+  std::vector<std::string> rw_dirs;
   bool confine = true;                ///< false adds --no-confine (only if gVisor refuses seccomp)
 };
 

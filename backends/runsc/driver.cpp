@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -31,6 +32,9 @@ namespace {
 using nlohmann::json;
 
 constexpr int kStartTimeoutMs = 30'000;
+// Host tasks of gVisor's own (Go runtime threads of the sentry and the gofer)
+// in a sandbox's cgroup: 64 at idle here under ptrace, and each command adds its stub.
+constexpr uint64_t kRuntimeTasks = 160;
 
 
 std::string tail(const std::string& path, size_t max = 1500) {
@@ -51,6 +55,15 @@ std::string str(const SandboxRecord& rec, const char* key, const std::string& df
   return it != rec.driver_data.end() && it->is_string() ? it->get<std::string>() : dflt;
 }
 
+// The host's busybox-static: one static binary whose ls and stat applets use
+// plain fstatat, so it runs in any root.
+constexpr const char* kBusybox = "/usr/bin/busybox";
+
+bool is_regular(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 class RunscDriver : public Driver {
  public:
   explicit RunscDriver(const Config& cfg) : cfg_(cfg) {}
@@ -64,7 +77,11 @@ class RunscDriver : public Driver {
     rec.driver_data["runsc_root"] = root;
     rec.driver_data["platform"] = platform.name;
     make_dirs(root, 0700);
-    auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, rec.spec.limits); });
+    // The group holds gVisor itself too: the sentry's and the gofer's threads
+    // count as tasks, so --pids gets an allowance for them on top.
+    Limits limits = rec.spec.limits;
+    if (limits.pids) limits.pids += kRuntimeTasks;
+    auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, limits); });
 
     // The writable layer: a tmpfs capped at the disk limit (the cap is the
     // tmpfs size), private to this sandbox and alive until destroy(), under an
@@ -87,10 +104,12 @@ class RunscDriver : public Driver {
     if (rec.spec.image.empty()) plan.ro_binds = hostview::bind_dirs();
     plan.sock_dir = sock;
     plan.agent_path = find_agent_binary();
-    plan.workdir = rec.spec.workdir;
-    struct stat tst {};
-    // lstat: an image's /tmp symlink must not send the bind somewhere on the host.
-    plan.own_tmp = ::lstat((rootfs + "/tmp").c_str(), &tst) == 0 && S_ISDIR(tst.st_mode);
+    // Made here, as the host's root, before the root turns read-only; the check
+    // first makes sure no symlink of the image bends them onto the host.
+    plan.rw_dirs = hostview::own_dirs(rec.spec.workdir);
+    hostview::check_own_dirs(lower, plan.rw_dirs);
+    for (auto& d : plan.rw_dirs) make_dirs(rootfs + d, 0755);
+    plan.file_binds = statx_workarounds(plan, platform.name);
     write_file_atomic(bundle + "/config.json", oci_spec(plan).dump(2), 0600, Durability::survive_process);
 
     // The sandbox's stdio (the agent's stderr) and runsc's own errors go to the log.
@@ -137,6 +156,25 @@ class RunscDriver : public Driver {
         throw Error(Errc::timeout, "the sandbox's agent made no socket within 30 s: " + tail(log));
       std::this_thread::sleep_for(std::chrono::microseconds(us));
     }
+    // The share stays writable only until the socket exists: then it belongs
+    // to nobody, so sandboxed code (uid 0 without capabilities) cannot replace
+    // the agent's socket with one of its own.
+    if (::chown(sock.c_str(), 65534, 65534) != 0 || ::chmod(sock.c_str(), 0555) != 0)
+      throw sys_error("locking the agent's share " + sock, errno);
+  }
+
+  // Where this runsc rejects statx(AT_NO_AUTOMOUNT), GNU ls and stat fail on
+  // every path ("Invalid argument"); busybox's applets stand in for them, bound
+  // read-only over the two binaries of the sandbox's root.
+  std::vector<std::pair<std::string, std::string>> statx_workarounds(const BundlePlan& plan, const std::string& platform) {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!is_regular(kBusybox) || !statx_broken(cfg_.state_dir, platform)) return out;
+    bool usr_bound = std::find(plan.ro_binds.begin(), plan.ro_binds.end(), "/usr") != plan.ro_binds.end();
+    for (const char* tool : {"/usr/bin/ls", "/usr/bin/stat", "/bin/ls", "/bin/stat"}) {
+      std::string seen = usr_bound && std::string_view(tool).rfind("/usr/", 0) == 0 ? tool : plan.rootfs + tool;
+      if (is_regular(seen)) out.emplace_back(tool, kBusybox);
+    }
+    return out;
   }
 
   Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/sock/agent.sock", "the sandbox's agent"); }
@@ -279,6 +317,12 @@ std::vector<Probe> probe(const Config& cfg, bool deep) {
       std::string smoke_why = smoke(cfg.state_dir, p.name, 15'000);
       out.push_back({smoke_why.empty(), "smoke run (runsc do /bin/true on " + p.name + ")",
                      smoke_why.empty() ? "passed" : smoke_why, "see `runsc --platform=" + p.name + " do /bin/true`"});
+      if (smoke_why.empty() && statx_broken(cfg.state_dir, p.name)) {
+        bool bb = is_regular(kBusybox);
+        out.push_back({bb, "statx", std::string("this runsc refuses statx(AT_NO_AUTOMOUNT), which GNU ls and stat use; ") +
+                                        (bb ? "busybox's ls and stat stand in for them inside sandboxes" : "ls and stat fail inside sandboxes"),
+                       "apt-get install busybox-static", true});
+      }
     }
   } catch (const Error& e) {
     out.push_back({false, "platform", e.what(), e.hint()});

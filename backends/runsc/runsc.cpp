@@ -56,7 +56,8 @@ proc::RunResult call(const std::vector<std::string>& global, const std::vector<s
   return proc::run(argv, o);
 }
 
-std::string smoke(const std::string& state_root, const std::string& platform, int timeout_ms) {
+std::string smoke(const std::string& state_root, const std::string& platform, int timeout_ms,
+                  const std::vector<std::string>& cmd) {
   std::string bin = find_binary();
   std::random_device rd;
   std::string name = "probe-" + std::to_string(rd() % 1000000);
@@ -72,9 +73,9 @@ std::string smoke(const std::string& state_root, const std::string& platform, in
     proc::RunOptions o;
     o.timeout_ms = timeout_ms;
     o.group = &group;
-    auto r = proc::run({bin, "--root", root, "--platform", platform, "--network=none", "--ignore-cgroups", "do",
-                        "/bin/true"},
-                       o);
+    std::vector<std::string> argv = {bin, "--root", root, "--platform", platform, "--network=none", "--ignore-cgroups", "do"};
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    auto r = proc::run(argv, o);
     if (r.timed_out) why = "hangs (no answer within " + std::to_string(timeout_ms / 1000) + " s; usual in nested VMs)";
     else if (r.status != 0) why = "fails (exit " + std::to_string(r.status) + "): " + r.output.substr(0, 300);
     group.destroy();
@@ -105,6 +106,20 @@ std::optional<Platform> cached_platform(const std::string& state_root) {
   auto nl = c->find('\n');
   if (nl == std::string::npos) return std::nullopt;
   return Platform{c->substr(0, nl), c->substr(nl + 1) + " (cached in " + cache + ")"};
+}
+
+bool statx_broken(const std::string& state_root, const std::string& platform) {
+  std::string cache = platform_cache(state_root);
+  cache = cache.substr(0, cache.rfind('/')) + "/runsc-statx";
+  if (auto c = read_file_if_exists(cache)) return *c == "broken";
+  if (::access("/usr/bin/stat", X_OK) != 0) return false;  // nothing to tell by, and nothing that breaks
+  std::string why = smoke(state_root, platform, 15'000, {"/usr/bin/stat", "-c", "%i", "/"});
+  bool broken = why.find("Invalid argument") != std::string::npos;
+  try {
+    write_file_atomic(cache, broken ? "broken" : "ok", 0600, Durability::survive_process);
+  } catch (const Error&) {
+  }
+  return broken;
 }
 
 Platform choose_platform(const std::string& state_root, bool reprobe) {

@@ -30,9 +30,15 @@ Platform choose_platform(const std::string& state_root, bool reprobe = false);
 /// The platform chosen earlier (or forced by SBX_RUNSC_PLATFORM), without probing; nullopt when none yet.
 std::optional<Platform> cached_platform(const std::string& state_root);
 
-/// Runs `runsc do /bin/true` on `platform` in a throwaway cgroup and runsc root, killing
-/// everything it started when it takes longer than timeout_ms. Empty = it worked; else why not.
-std::string smoke(const std::string& state_root, const std::string& platform, int timeout_ms);
+/// Runs `runsc do CMD` (default /bin/true) on `platform` in a throwaway cgroup and runsc root,
+/// killing everything it started when it takes longer than timeout_ms. Empty = it worked; else why not.
+std::string smoke(const std::string& state_root, const std::string& platform, int timeout_ms,
+                  const std::vector<std::string>& cmd = {"/bin/true"});
+
+/// Whether this runsc refuses statx(AT_NO_AUTOMOUNT) with EINVAL, as gVisor
+/// releases before 2023 do: GNU ls and stat (coreutils >= 9) then fail on
+/// every path. Probed once per boot with `runsc do stat /` and cached like the platform.
+bool statx_broken(const std::string& state_root, const std::string& platform);
 
 /// [bin, --root R, --platform P, --network=none, --host-uds=all, --ignore-cgroups]
 std::vector<std::string> global_args(const std::string& bin, const std::string& root, const std::string& platform);

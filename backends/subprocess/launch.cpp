@@ -18,6 +18,7 @@
 #include <cstring>
 #include <grp.h>
 
+#include "backends/common/hostview.hpp"
 #include "backends/common/process.hpp"
 #include "core/error.hpp"
 #include "core/fd.hpp"
@@ -199,8 +200,9 @@ Prepared prepare(const LaunchPlan& plan) {
     for (size_t i = 1; i <= dir.size(); ++i)
       if (i == dir.size() || dir[i] == '/') p.own_dirs.emplace_back(p.root + dir.substr(0, i), i == dir.size());
   };
-  for (auto* d : {"/root", "/tmp", "/var/tmp"}) own(d);
-  own(plan.workdir);
+  auto dirs = hostview::own_dirs(plan.workdir);
+  hostview::check_own_dirs(plan.lower, dirs);
+  for (auto& d : dirs) own(d);
   p.proc = p.root + "/proc";
   p.proc_sys = p.proc + "/sys";
   p.dev = p.root + "/dev";

@@ -224,7 +224,11 @@ def test_timeout_kills_whole_tree(sbx, sandbox):
     assert r.out.strip() == "absent", "a background grandchild survived --timeout and wrote its file"
 
 
-def test_timeout_kills_daemonized_descendant(sbx, sandbox):
+def test_timeout_kills_daemonized_descendant(sbx, sandbox, driver, request):
+    if driver == "runsc":
+        # Strict: the day gVisor gains PR_SET_CHILD_SUBREAPER this turns red and the note goes.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="gVisor 20221219 has no child subreapers: a setsid'd double-forked daemon is re-parented "
+                     "to the agent and escapes the timeout's kill (it stays in the sandbox and dies at rm)"))
     # `setsid -f` forks, starts a new session and lets the parent exit: the
     # grandchild is reparented and leaves the command's session and process
     # group. It is still part of what the command started.

@@ -28,7 +28,7 @@ def image(tmp_path_factory):
     return str(root)
 
 
-@pytest.mark.only_drivers("subprocess")
+@pytest.mark.only_drivers("subprocess", "runsc")
 def test_image_is_the_root(sbx, make_sandbox, image, driver):
     sid = make_sandbox("--image", image, driver=driver)
     r = sbx.exec(sid, "/bin/cat", "/etc/image-marker").ok()
@@ -41,7 +41,7 @@ def test_image_is_the_root(sbx, make_sandbox, image, driver):
     assert "uid=0" in r.out
 
 
-@pytest.mark.only_drivers("subprocess")
+@pytest.mark.only_drivers("subprocess", "runsc")
 def test_image_base_is_read_only_and_layer_private(sbx, make_sandbox, image, driver):
     a = make_sandbox("--image", image, driver=driver)
     b = make_sandbox("--image", image, driver=driver)
@@ -58,7 +58,29 @@ def test_image_base_is_read_only_and_layer_private(sbx, make_sandbox, image, dri
     assert open(os.path.join(image, "etc", "image-marker")).read() == "from the image\n"
 
 
-@pytest.mark.only_drivers("subprocess")
+@pytest.mark.only_drivers("subprocess", "runsc")
 def test_image_missing_is_a_clear_error(sbx, tmp_path):
     r = sbx.run("create", "--driver", "subprocess", "--image", str(tmp_path / "nope"))
     assert r.rc != 0 and "does not exist" in r.err, r
+
+
+@pytest.mark.only_drivers("subprocess", "runsc")
+def test_image_symlink_cannot_aim_setup_at_the_host(sbx, image, tmp_path, driver):
+    # The host creates /tmp, /root, /var/tmp and the workdir in the sandbox's
+    # root as root; an image whose /tmp is a link to a host directory must be
+    # refused, not have that directory created or chowned on the host.
+    bad = tmp_path / "bad"
+    shutil.copytree(image, bad, symlinks=True)
+    shutil.rmtree(bad / "tmp")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    os.symlink(str(victim), bad / "tmp")
+    before = os.stat(victim)
+    r = sbx.run("create", "--driver", driver, "--image", str(bad))
+    assert r.rc != 0, r
+    assert "symlink" in r.err and "/tmp" in r.err, r
+    after = os.stat(victim)
+    assert (after.st_uid, after.st_gid, after.st_mode) == (before.st_uid, before.st_gid, before.st_mode)
+    assert list(victim.iterdir()) == []
+    r = sbx.run("create", "--driver", driver, "--image", image, "--workdir", "/marker-dir/../etc/x")
+    assert r.rc != 0 and ".." in r.err, r

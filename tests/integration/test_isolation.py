@@ -436,10 +436,12 @@ def test_host_dev_shm_invisible(sbx, sandbox):
         marker.unlink()
 
 
-def test_dev_has_no_host_devices(sbx, sandbox):
+def test_dev_has_no_host_devices(sbx, sandbox, driver):
     r = sbx.sh(sandbox, "ls /dev; for f in /dev/*; do [ -b \"$f\" ] && echo BLOCK:$f; done; true").ok()
     assert "BLOCK:" not in r.out, f"block devices inside the sandbox: {r.out}"
     names = set(r.out.split())
     assert {"null", "zero", "urandom"} <= names, names
-    for host_only in ("kmsg", "mem", "kvm", "sda", "vda", "nvme0", "loop0", "fuse"):
+    # gVisor's /dev is the sentry's own: its fuse is gVisor's FUSE, which needs
+    # a mount the sandbox cannot make; no node there reaches a host device.
+    for host_only in ["kmsg", "mem", "kvm", "sda", "vda", "nvme0", "loop0"] + ([] if driver == "runsc" else ["fuse"]):
         assert host_only not in names, f"/dev/{host_only} is visible inside the sandbox"
