@@ -40,6 +40,20 @@ void make_pipe(int fds[2]) {
 
 // Everything between fork and exec: only async-signal-safe calls, because
 // the agent may be mid-allocation in its own frame when it forks.
+// vfork: the command shares the shim's memory until it execs, so no address
+// space is copied for it (under gVisor each new one costs a host stub
+// process). A function of its own, so nothing the child could clobber lives
+// in the shim's frame; the child only execs or reports and exits.
+__attribute__((noinline)) pid_t start_command(char* const* argv, char* const* envp, int report_fd) {
+  pid_t cmd = ::vfork();
+  if (cmd < 0) child_fail(report_fd, kSetup, errno);
+  if (cmd == 0) {
+    ::execvpe(argv[0], argv, envp);
+    child_fail(report_fd, kExec, errno);
+  }
+  return cmd;
+}
+
 // The exec's shim, from fork on: the session leader and a child subreaper, so
 // whatever the command starts stays below it even after a double fork and
 // setsid, and killing the shim's tree kills all of it (a timeout must not leave
@@ -71,12 +85,7 @@ void make_pipe(int fds[2]) {
   // command then go to the agent, the container's init, which reaps them; only
   // kill_tree's reach over re-parented daemons is lost there.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 && errno != EINVAL) child_fail(report_fd, kSetup, errno);
-  pid_t cmd = ::fork();
-  if (cmd < 0) child_fail(report_fd, kSetup, errno);
-  if (cmd == 0) {
-    ::execvpe(argv[0], argv, envp);
-    child_fail(report_fd, kExec, errno);
-  }
+  pid_t cmd = start_command(argv, envp, report_fd);
   // The shim keeps no end of the command's pipes or the report pipe, so EOF
   // on them means what it says. Signals to the process group are the
   // command's business, not the shim's.
