@@ -411,7 +411,9 @@ void set_pool(Config& c, const Resolver& r, const std::vector<std::string>& file
     std::string t = *v;
     for (size_t pos = 0; pos <= t.size();) {
       size_t comma = std::min(t.find(',', pos), t.size());
-      std::string item = t.substr(pos, comma - pos);
+      std::string item;
+      for (char ch : t.substr(pos, comma - pos))
+        if (!std::isspace(static_cast<unsigned char>(ch))) item += ch;
       pos = comma + 1;
       if (item.empty()) continue;
       auto eq = item.find('=');
