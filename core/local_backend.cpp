@@ -74,7 +74,8 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
 }
 
 LocalBackend::LocalBackend(const Config& cfg, const DriverTable& drivers)
-    : cfg_(cfg), drivers_(drivers), registry_(cfg.state_dir, cfg.uid_base), pool_(cfg_, drivers_, registry_) {}
+    : cfg_(cfg), drivers_(drivers), registry_(cfg.state_dir, cfg.uid_base),
+      pool_(cfg_, drivers_, registry_, [this](const SandboxRecord& r) { return alive(r); }) {}
 
 std::unique_ptr<Driver> LocalBackend::driver_for(const SandboxRecord& rec) {
   auto* info = find_driver(drivers_, rec.spec.driver);
@@ -212,7 +213,7 @@ PoolFillReport LocalBackend::fill_pool() {
 }
 
 std::vector<PoolStatus> LocalBackend::pool_status() {
-  return pool_.status([this](const SandboxRecord& r) { return alive(r); });
+  return pool_.status();
 }
 
 std::vector<std::string> LocalBackend::drain_pool(const std::string& driver) {

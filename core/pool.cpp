@@ -59,8 +59,9 @@ PoolFit pool_fit(const SandboxSpec& want, const SandboxSpec& pooled) {
   return same_limits(want.limits, pooled.limits) ? PoolFit::exact : PoolFit::set_limits;
 }
 
-Pool::Pool(const Config& cfg, const DriverTable& drivers, Registry& registry)
-    : cfg_(cfg), drivers_(drivers), registry_(registry) {}
+Pool::Pool(const Config& cfg, const DriverTable& drivers, Registry& registry,
+           std::function<bool(const SandboxRecord&)> alive)
+    : cfg_(cfg), drivers_(drivers), registry_(registry), alive_(std::move(alive)) {}
 
 uint64_t Pool::size_of(const std::string& driver) const {
   auto it = cfg_.pool_sizes.find(driver);
@@ -156,6 +157,10 @@ std::map<std::string, std::string> Pool::unwanted(const std::vector<SandboxRecor
     auto* info = find_driver(drivers_, d);
     if (!info || !info->make) continue;  // another build's sandbox: not ours to judge
     std::string why;
+    if (!alive_(r)) {
+      out[r.id] = "its agent is gone";
+      continue;
+    }
     if (!usable(d, &why)) {
       out[r.id] = "pooled, but the " + d + " driver is unusable: " + why;
       continue;
@@ -205,7 +210,7 @@ PoolFillReport Pool::fill(const PoolStarter& start) {
   return report;
 }
 
-std::vector<PoolStatus> Pool::status(const std::function<bool(const SandboxRecord&)>& alive) {
+std::vector<PoolStatus> Pool::status() {
   auto recs = registry_.list();
   auto drop = unwanted(recs);
   std::map<std::string, PoolStatus> by;
@@ -215,7 +220,7 @@ std::vector<PoolStatus> Pool::status(const std::function<bool(const SandboxRecor
     if (!r.from_pool) continue;
     if (r.state == SandboxState::pooled) {
       auto& s = by[r.spec.driver];
-      if (drop.count(r.id) || !alive(r)) ++s.stale;
+      if (drop.count(r.id)) ++s.stale;
       else ++s.ready;
     } else if (r.state == SandboxState::creating && now - r.created_ms < kStartingGraceMs) {
       ++by[r.spec.driver].starting;

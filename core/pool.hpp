@@ -58,7 +58,9 @@ using PoolStarter = std::function<SandboxRecord(const SandboxSpec& spec)>;
 
 class Pool {
  public:
-  Pool(const Config& cfg, const DriverTable& drivers, Registry& registry);
+  /// `alive` tells whether a pooled sandbox's agent is still there (LocalBackend's check).
+  Pool(const Config& cfg, const DriverTable& drivers, Registry& registry,
+       std::function<bool(const SandboxRecord&)> alive);
 
   /// Hands one pooled sandbox, made into `want` (a normalized spec), to this
   /// caller alone; nullopt when none fits (the caller starts cold). Dead or
@@ -68,11 +70,10 @@ class Pool {
   /// Fillers take turns (a lock on the state root), so two never overshoot.
   PoolFillReport fill(const PoolStarter& start);
   /// The pooled records of `recs` (a registry listing, oldest first) to remove
-  /// and why: surplus over the size, started with other settings, driver unusable.
-  /// Dead ones are not judged here (gc checks every sandbox for that).
+  /// and why: dead, driver unusable, started with other settings, surplus over the size.
   std::map<std::string, std::string> unwanted(const std::vector<SandboxRecord>& recs);
   /// Every driver that has a size or pooled sandboxes.
-  std::vector<PoolStatus> status(const std::function<bool(const SandboxRecord&)>& alive);
+  std::vector<PoolStatus> status();
 
  private:
   /// Whether the driver can run sandboxes here now; `why` says why not.
@@ -85,6 +86,7 @@ class Pool {
   const Config& cfg_;
   const DriverTable& drivers_;
   Registry& registry_;
+  std::function<bool(const SandboxRecord&)> alive_;
   struct Usability {
     std::string why;  ///< "" = usable
     std::chrono::steady_clock::time_point at;
