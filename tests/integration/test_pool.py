@@ -27,6 +27,17 @@ def _subprocess_driver(sbx):
         skip_or_fail(problem)
 
 
+@pytest.mark.only_drivers("subprocess", "runsc")
+def test_each_local_driver_serves_creates_from_its_pool(clients, driver):
+    c = clients.new({"SBX_POOL": f"{driver}=1"}, label=f"pool-{driver}")
+    (pid,) = fill(c, 1, driver)
+    sid = c.create("--memory", "300M", "-e", "X=from-the-pool", driver=driver)
+    assert sid == pid and c.record(sid)["from_pool"] is True
+    assert memory_cap(c, sid) == 300 << 20
+    assert c.sh(sid, 'echo "$X"').ok().out == "from-the-pool\n"
+    assert status(c)[driver]["ready"] == 0
+
+
 def pooled(c) -> list[dict]:
     return c.ls("--filter", "state=pooled")
 
@@ -36,11 +47,11 @@ def status(c, **env) -> dict:
     return {r["driver"]: r for r in rows}
 
 
-def fill(c, n: int) -> list[str]:
-    ids = c.run("pool", "fill").ok().out.split()
+def fill(c, n: int, driver: str = "subprocess") -> list[str]:
+    ids = c.run("pool", "fill", timeout=120).ok().out.split()
     assert all(ID_RE.match(i) for i in ids), ids
     c.created.extend(ids)
-    assert status(c)["subprocess"]["ready"] == n
+    assert status(c)[driver]["ready"] == n
     return ids
 
 
@@ -153,6 +164,7 @@ def test_gc_reaps_dead_and_surplus_pooled_sandboxes_but_never_idle_ones(clients,
     r = c.run("gc", "--json").ok()
     assert json.loads(r.out)["actions"] == [], r
     os.kill(pooled(c)[0]["agent_pid"], signal.SIGKILL)
+    assert wait_until(lambda: status(c)["subprocess"]["stale"] == 1, 10)
     # The pool shrinks to 1: of the two live ones, one is surplus.
     acts = json.loads(c.run("gc", "--json", env={"SBX_POOL": "subprocess=1"}).ok().out)["actions"]
     reasons = sorted(a["reason"] for a in acts)
