@@ -38,7 +38,7 @@ END
 
 mean_ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
 run() { # label json runs prepare command
-  hyperfine -N --runs "$3" --prepare "$4" --export-json "$2" "$5" >/dev/null
+  hyperfine -N --warmup 2 --runs "$3" --prepare "$4" --export-json "$2" "$5" >/dev/null
   printf '%-36s %9.2f ms\n' "$1" "$(mean_ms "$2")"
 }
 
@@ -51,6 +51,7 @@ for d in "${drivers[@]}"; do
   echo "== $d: sbx create, cold vs from the warm pool ($n runs each)"
   run "cold   (no pool)" "$work/cold-$d.json" "$n" "$SBX rm --all" \
     "env SBX_POOL=$d=0 $SBX create --driver $d"
+  "$SBX" rm --all >/dev/null
   run "pooled (pool of 1, refilled)" "$work/pool-$d.json" "$n" \
     "bash $work/refill.sh $d" "env SBX_POOL=$d=1 $SBX create --driver $d"
   bash "$work/refill.sh" "$d"
