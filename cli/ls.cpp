@@ -1,4 +1,5 @@
 // sbx ls: the sandboxes and their state, as a table or JSON.
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/core.h>
@@ -53,11 +54,13 @@ void register_ls(CLI::App& app, Globals& g, Outcome& out) {
       ->allow_extra_args(false);
   sub->callback([&g, &out, st] {
     auto filters = parse_filters(st->filters);
+    // The warm pool's unclaimed sandboxes are nobody's yet: shown only when asked for by state.
+    bool by_state = std::any_of(filters.begin(), filters.end(), [](const Filter& f) { return f.key == "state"; });
     Config cfg = load_config(g);
     std::vector<SandboxRecord> recs;
     for (auto& backend : all_backends(cfg))
       for (auto& r : backend->list())
-        if (matches(r, filters)) recs.push_back(std::move(r));
+        if (matches(r, filters) && (by_state || r.state != SandboxState::pooled)) recs.push_back(std::move(r));
     if (st->json) {
       nlohmann::json arr = nlohmann::json::array();
       for (auto& r : recs) arr.push_back(r);

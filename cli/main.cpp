@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   register_gc(app, globals, outcome);
   register_doctor(app, globals, outcome);
   register_serve(app, globals, outcome);
+  register_pool(app, globals, outcome);
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     args = split_exec_command(app, args);

@@ -12,11 +12,15 @@
 #include "backends/drivers.hpp"
 #include "cli/common.hpp"
 #include "core/fsutil.hpp"
+#include "core/local_backend.hpp"
 #include "core/server/http_server.hpp"
 
 namespace sbx::cli {
 
 namespace {
+
+// How often the warm pool is topped up; a claim is noticed within this long.
+constexpr auto kPoolRefillInterval = std::chrono::milliseconds(500);
 
 server::KeyRing build_keys(const Config& cfg, const std::string& key_file, bool dev) {
   server::KeyRing ring;
@@ -156,8 +160,42 @@ void register_serve(CLI::App& app, Globals& g, Outcome& out) {
       }
     });
 
+    // The warm pool (core/pool.hpp): a create takes a pooled sandbox, this puts one back.
+    bool pool_stopping = false;
+    std::thread refiller;
+    bool pooling = false;
+    for (auto& [d, n] : cfg.pool_sizes) pooling = pooling || n > 0;
+    if (pooling) {
+      refiller = std::thread([&] {
+        LocalBackend local(cfg, drivers);
+        std::string last_errors;
+        std::unique_lock lock(mu);
+        do {
+          lock.unlock();
+          std::string errors;
+          try {
+            auto rep = local.fill_pool();
+            if (!rep.started.empty()) std::fprintf(stderr, "sbx serve: pool: started %zu\n", rep.started.size());
+            for (auto& [d, why] : rep.errors) errors += "sbx serve: pool: cannot fill the " + d + " pool: " + why + "\n";
+          } catch (const Error& e) {
+            errors = std::string("sbx serve: pool: ") + e.what() + "\n";
+          }
+          // Said once, not every second while a driver stays unusable.
+          if (errors != last_errors) std::fputs(errors.c_str(), stderr);
+          last_errors = errors;
+          lock.lock();
+        } while (!cv.wait_for(lock, kPoolRefillInterval, [&] { return pool_stopping; }));
+      });
+    }
+
     int sig = 0;
     ::sigwait(&sigs, &sig);
+    {
+      std::lock_guard lock(mu);
+      pool_stopping = true;
+    }
+    cv.notify_all();
+    if (refiller.joinable()) refiller.join();
     std::fprintf(stderr, "sbx serve: %s: draining (no new work; up to %llus for in-flight requests)\n",
                  sig == SIGTERM ? "SIGTERM" : "SIGINT", static_cast<unsigned long long>(cfg.server.drain_timeout_s));
     api.start_draining();

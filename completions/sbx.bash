@@ -127,7 +127,7 @@ _sbx()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$_sbx_global_opts --version" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve" -- "$cur"))
+                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool" -- "$cur"))
             fi
             return ;;
         create) opts=$_sbx_create_opts ;;
@@ -142,6 +142,12 @@ _sbx()
         gc) opts="--dry-run --json" ;;
         doctor) opts="--json --driver --remote" ;;
         serve) opts="--listen --driver --tls-cert --tls-key --log-format --api-key-file --insecure-dev" ;;
+        pool)
+            case ${pos[0]} in
+                status) opts="--json" ;;
+                drain) opts="--driver" ;;
+            esac
+            ;;
         *) return ;;
     esac
 
@@ -159,6 +165,9 @@ _sbx()
             else
                 COMPREPLY=($(compgen -W "--" -- "$cur"))
             fi
+            ;;
+        pool)
+            ((npos == 0)) && COMPREPLY=($(compgen -W "fill status drain" -- "$cur"))
             ;;
         rm)
             local id

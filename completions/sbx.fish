@@ -2,7 +2,7 @@
 # tests/check_docs_in_step.py keeps them in step.
 # Install as ~/.config/fish/completions/sbx.fish or into $fish_complete_path.
 
-set -l commands create exec cp ls rm gc doctor serve
+set -l commands create exec cp ls rm gc doctor serve pool
 
 function __sbx_drivers
     printf '%s\t%s\n' \
@@ -105,6 +105,7 @@ complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a rm -d 'Destroy
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Remove idle, expired, dead and orphaned sandboxes'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a doctor -d 'Check which drivers can run'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a serve -d 'Run the sandbox manager'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a pool -d 'Fill, show or drain the warm pool'
 
 # create (and exec --rm).
 set -l c '__fish_seen_subcommand_from create exec'
@@ -171,3 +172,11 @@ complete -c sbx -n $s -l tls-key -r -F -d 'PEM private key of --tls-cert'
 complete -c sbx -n $s -l log-format -x -a 'plain json' -d 'Request log format (default plain)'
 complete -c sbx -n $s -l api-key-file -r -F -d 'Read the admin API key from this file'
 complete -c sbx -n $s -l insecure-dev -d 'Run without a key, on a loopback address only'
+
+# pool.
+set -l p '__fish_seen_subcommand_from pool'
+complete -c sbx -n "$p; and not __fish_seen_subcommand_from fill status drain" -a 'fill' -d 'Start sandboxes up to each pool size'
+complete -c sbx -n "$p; and not __fish_seen_subcommand_from fill status drain" -a 'status' -d 'Show each driver\'s pool'
+complete -c sbx -n "$p; and not __fish_seen_subcommand_from fill status drain" -a 'drain' -d 'Remove the unclaimed pooled sandboxes'
+complete -c sbx -n "$p; and __fish_seen_subcommand_from status" -l json -d 'JSON array, one object per driver'
+complete -c sbx -n "$p; and __fish_seen_subcommand_from drain" -l driver -x -a '(__sbx_drivers)' -d 'Only this driver\'s pool'

@@ -29,7 +29,7 @@ constexpr uint64_t kIdsPerRange = 65536;
 const std::vector<std::string> kTopKeys = {
     "use_remote_sandbox", "remote_sandbox_backend", "local_sandbox_backend", "sandbox_manager_url",
     "admin_api_key",      "admin_api_key_file",     "state_dir",             "uid_base",
-    "cp_max_size",        "defaults",               "server"};
+    "cp_max_size",        "defaults",               "server",                "pool"};
 const std::vector<std::string> kDefaultsKeys = {"memory", "pids", "cpus", "disk",
                                                 "network", "idle_timeout", "ttl"};
 const std::vector<std::string> kServerKeys = {"listen",  "tls_cert", "tls_key", "log_format",
@@ -101,6 +101,21 @@ void collect(const YAML::Node& map, const std::string& prefix, const std::vector
       if (!kv.second.IsMap())
         throw Error(Errc::invalid_argument, "'" + key + "' in " + at + " must be a mapping of keys");
       collect(kv.second, key + ".", key == "server" ? kServerKeys : kDefaultsKeys, file, out, seen);
+      continue;
+    }
+    if (key == "pool") {
+      // Keys are driver names, which only the driver table knows: checked when the pool is used.
+      if (kv.second.IsNull()) continue;
+      if (!kv.second.IsMap())
+        throw Error(Errc::invalid_argument, "'pool' in " + at + " must be a mapping of driver: size");
+      for (const auto& d : kv.second) {
+        if (!d.first.IsScalar() || !d.second.IsScalar())
+          throw Error(Errc::invalid_argument, "an entry of 'pool' in " + file + " line " +
+                                                  std::to_string(d.first.Mark().line + 1) + " is not `driver: size`");
+        if (!seen.insert("pool." + d.first.Scalar()).second)
+          throw Error(Errc::invalid_argument, "driver '" + d.first.Scalar() + "' appears twice under pool in " + file);
+        out["pool." + d.first.Scalar()] = FileValue{d.second.Scalar(), d.first.Mark().line + 1};
+      }
       continue;
     }
     if (key == "server.api_keys") {
@@ -374,9 +389,54 @@ void set_server(Config& c, const Resolver& r) {
   }
 }
 
+// The warm pool's sizes: SBX_POOL replaces the file's whole `pool:` mapping.
+void set_pool(Config& c, const Resolver& r, const std::vector<std::string>& file_keys) {
+  constexpr uint64_t kMaxPoolSize = 64;
+  auto add = [&](const std::string& driver, const Setting& s) {
+    bool name_ok = !driver.empty();
+    for (char ch : driver) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_');
+    if (!name_ok)
+      throw Error(Errc::invalid_argument, s.label + ": '" + driver + "' is not a driver name")
+          .set_hint("write DRIVER=SIZE pairs separated by commas, e.g. subprocess=2,deno=1");
+    uint64_t n = parse_uint(s);
+    if (n > kMaxPoolSize)
+      throw Error(Errc::invalid_argument, s.label + ": a pool of " + s.text + " is more than " +
+                                              std::to_string(kMaxPoolSize) + " sandboxes")
+          .set_hint("pooled sandboxes hold memory and uid ranges; keep the pool small");
+    c.pool_sizes[driver] = n;
+  };
+  c.origin["pool"] = "default";
+  if (const auto* v = r.env("SBX_POOL")) {
+    c.origin["pool"] = "env SBX_POOL";
+    std::string t = *v;
+    for (size_t pos = 0; pos <= t.size();) {
+      size_t comma = std::min(t.find(',', pos), t.size());
+      std::string item;
+      for (char ch : t.substr(pos, comma - pos))
+        if (!std::isspace(static_cast<unsigned char>(ch))) item += ch;
+      pos = comma + 1;
+      if (item.empty()) continue;
+      auto eq = item.find('=');
+      if (eq == std::string::npos)
+        throw Error(Errc::invalid_argument, "SBX_POOL: '" + item + "' is not DRIVER=SIZE")
+            .set_hint("e.g. SBX_POOL=subprocess=2,deno=1");
+      add(item.substr(0, eq), Setting{item.substr(eq + 1), "env SBX_POOL", "SBX_POOL (" + item.substr(0, eq) + ")"});
+    }
+    return;
+  }
+  for (auto& k : file_keys) {
+    if (k.rfind("pool.", 0) != 0) continue;
+    auto s = r.from_file(k);
+    add(k.substr(5), *s);
+    c.origin["pool"] = s->origin;
+  }
+}
+
 Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::string& file_name) {
   FileValues file;
   if (yaml_text) file = parse_yaml(*yaml_text, file_name);
+  std::vector<std::string> file_keys;
+  for (auto& [k, v] : file) file_keys.push_back(k);
   Resolver r(in, std::move(file), file_name);
 
   Config c;
@@ -446,6 +506,7 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
   }
   set_defaults(c, r);
   set_server(c, r);
+  set_pool(c, r, file_keys);
   return c;
 }
 

@@ -54,6 +54,10 @@ struct Config {
 
   ServerConfig server;                    ///< sbx serve's settings
 
+  /// Warm pool: how many started, unclaimed sandboxes to keep per driver
+  /// (config `pool: {subprocess: 2}`, env SBX_POOL="subprocess=2,deno=1"); absent = 0.
+  std::map<std::string, uint64_t> pool_sizes;
+
   /// Where each setting came from ("default", "env USE_REMOTE_SANDBOX", "file /etc/sbx/config.yaml",
   /// "flag --driver"), keyed by the setting's name; doctor prints it.
   std::map<std::string, std::string> origin;

@@ -49,6 +49,9 @@ class Driver {
   virtual std::vector<std::string> orphans(const std::set<std::string>& /*live_ids*/) { return {}; }
   /// Frees one leftover named by orphans().
   virtual void reap_orphan(const std::string& /*what*/) {}
+  /// Changes the cpu, memory and pids caps of a running sandbox (the disk cap
+  /// stays). False when this driver cannot: a warm-pool claim then starts cold.
+  virtual bool set_limits(const SandboxRecord& /*rec*/, const Limits& /*limits*/) { return false; }
 };
 
 /// A row of the driver table: the one list that doctor, --driver, the

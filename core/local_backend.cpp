@@ -74,7 +74,8 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
 }
 
 LocalBackend::LocalBackend(const Config& cfg, const DriverTable& drivers)
-    : cfg_(cfg), drivers_(drivers), registry_(cfg.state_dir, cfg.uid_base) {}
+    : cfg_(cfg), drivers_(drivers), registry_(cfg.state_dir, cfg.uid_base),
+      pool_(cfg_, drivers_, registry_, [this](const SandboxRecord& r) { return alive(r); }) {}
 
 std::unique_ptr<Driver> LocalBackend::driver_for(const SandboxRecord& rec) {
   auto* info = find_driver(drivers_, rec.spec.driver);
@@ -91,21 +92,28 @@ SandboxRecord LocalBackend::create(const SandboxSpec& in, const Progress& progre
   SandboxRecord probe_rec;
   probe_rec.spec = spec;
   auto driver = driver_for(probe_rec);
+  if (auto pooled = pool_.claim(spec, *driver)) return std::move(*pooled);
+  return start_new(spec, *driver, progress, false);
+}
+
+SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, const Progress& progress,
+                                      bool for_pool) {
   SandboxRecord rec = registry_.create(spec);
+  rec.from_pool = for_pool;
   std::string dir = registry_.dir(rec.id);
   try {
-    with_context("starting sandbox " + rec.id, [&] { driver->start(rec, dir); });
+    with_context("starting sandbox " + rec.id, [&] { driver.start(rec, dir); });
     registry_.save(rec);
     // Ready means the agent answers, not merely that a process exists.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
     int waited = 0;
     for (int delay_us = 200;; delay_us = std::min(delay_us * 2, 50'000)) {
       try {
-        AgentClient agent(driver->connect(rec, dir));
+        AgentClient agent(driver.connect(rec, dir));
         agent.ping();
         break;
       } catch (const Error& e) {
-        if (!driver->alive(rec))
+        if (!driver.alive(rec))
           throw Error(Errc::unavailable, "the sandbox exited while starting").add_context(e.what());
         if (std::chrono::steady_clock::now() > deadline)
           throw Error(Errc::timeout, "the sandbox's agent did not answer within " +
@@ -115,13 +123,13 @@ SandboxRecord LocalBackend::create(const SandboxSpec& in, const Progress& progre
       waited += delay_us;
       if (progress && waited >= 1'000'000 && waited - delay_us < 1'000'000) progress("waiting for the sandbox to boot");
     }
-    rec.state = SandboxState::running;
+    rec.state = for_pool ? SandboxState::pooled : SandboxState::running;
     registry_.save(rec);
     registry_.touch(rec.id);
     return rec;
   } catch (Error& e) {
     try {
-      driver->destroy(rec, dir);
+      driver.destroy(rec, dir);
       registry_.remove(rec.id);
     } catch (const Error& cleanup) {
       e.add_context("(cleanup also failed: " + std::string(cleanup.what()) + ")");
@@ -205,20 +213,55 @@ ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t
 std::vector<SandboxRecord> LocalBackend::list() {
   auto recs = registry_.list();
   for (auto& r : recs) {
-    if (r.state != SandboxState::running) continue;
+    if (r.state != SandboxState::running && r.state != SandboxState::pooled) continue;
     auto* info = find_driver(drivers_, r.spec.driver);
     if (info && info->make && !info->make(cfg_)->alive(r)) {
-      r.state = SandboxState::dead;
+      // A dead pooled sandbox stays out of sight (ls hides the pool); gc reaps it.
+      if (r.state == SandboxState::running) r.state = SandboxState::dead;
       r.error = "its agent is gone";
     }
   }
   return recs;
 }
 
+bool LocalBackend::alive(const SandboxRecord& rec) {
+  if (rec.state != SandboxState::running && rec.state != SandboxState::pooled) return false;
+  auto* info = find_driver(drivers_, rec.spec.driver);
+  return info && info->make && info->make(cfg_)->alive(rec);
+}
+
+PoolFillReport LocalBackend::fill_pool() {
+  return pool_.fill([this](const SandboxSpec& spec) {
+    SandboxRecord probe_rec;
+    probe_rec.spec = spec;
+    return start_new(spec, *driver_for(probe_rec), nullptr, true);
+  });
+}
+
+std::vector<PoolStatus> LocalBackend::pool_status() {
+  return pool_.status();
+}
+
+std::vector<std::string> LocalBackend::drain_pool(const std::string& driver) {
+  std::vector<std::string> out;
+  for (auto& rec : registry_.list()) {
+    if (rec.state != SandboxState::pooled || (!driver.empty() && rec.spec.driver != driver)) continue;
+    Fd guard = registry_.lock(rec.id, true);
+    auto cur = registry_.find(rec.id);
+    if (!cur || cur->state != SandboxState::pooled) continue;  // claimed or removed meanwhile
+    auto* info = find_driver(drivers_, rec.spec.driver);
+    if (!info || !info->make) continue;
+    with_context("removing pooled sandbox " + rec.id, [&] { info->make(cfg_)->destroy(*cur, registry_.dir(rec.id)); });
+    registry_.remove(rec.id);
+    out.push_back(rec.id);
+  }
+  return out;
+}
+
 SandboxRecord LocalBackend::get(const std::string& id) {
   SandboxRecord r = registry_.get(id);
-  if (r.state == SandboxState::running && !driver_for(r)->alive(r)) {
-    r.state = SandboxState::dead;
+  if ((r.state == SandboxState::running || r.state == SandboxState::pooled) && !driver_for(r)->alive(r)) {
+    if (r.state == SandboxState::running) r.state = SandboxState::dead;
     r.error = "its agent is gone";
   }
   return r;
@@ -251,7 +294,9 @@ GcReport LocalBackend::gc(bool dry_run) {
     }
     report.actions.push_back(std::move(a));
   };
-  for (auto& rec : registry_.list()) {
+  auto recs = registry_.list();
+  auto unwanted_pooled = pool_.unwanted(recs);
+  for (auto& rec : recs) {
     auto* info = find_driver(drivers_, rec.spec.driver);
     std::string reason;
     if (!info || !info->make) {
@@ -259,13 +304,17 @@ GcReport LocalBackend::gc(bool dry_run) {
       continue;
     }
     auto driver = info->make(cfg_);
-    bool alive = rec.state == SandboxState::running && driver->alive(rec);
+    bool pooled = rec.state == SandboxState::pooled;
+    bool alive = (rec.state == SandboxState::running || pooled) && driver->alive(rec);
     if (rec.state == SandboxState::creating && now - rec.created_ms < kStrayGraceMs) {
       live.insert(rec.id);
       continue;
     }
     if (!alive) {
-      reason = rec.state == SandboxState::running ? "its agent is gone" : std::string(state_name(rec.state));
+      reason = rec.state == SandboxState::running || pooled ? "its agent is gone" : std::string(state_name(rec.state));
+    } else if (pooled) {
+      // Waiting in the warm pool is not idleness: only the pool's own rules remove it.
+      if (auto it = unwanted_pooled.find(rec.id); it != unwanted_pooled.end()) reason = it->second;
     } else if (!rec.spec.persistent) {
       uint64_t age_s = static_cast<uint64_t>(now - rec.created_ms) / 1000;
       uint64_t idle_ms = static_cast<uint64_t>(now - std::max(rec.last_active_ms, rec.created_ms));
@@ -291,6 +340,10 @@ GcReport LocalBackend::gc(bool dry_run) {
       Fd guard = registry_.lock(rec.id, true);
       // Re-check under the lock: an exec may have begun since the listing.
       if (alive && registry_.last_active_ms(rec.id) > rec.last_active_ms) throw Error(Errc::conflict, "used meanwhile; kept");
+      if (pooled) {
+        auto cur = registry_.find(rec.id);
+        if (cur && cur->state != SandboxState::pooled) throw Error(Errc::conflict, "claimed from the pool meanwhile; kept");
+      }
       driver->destroy(rec, registry_.dir(rec.id));
       registry_.remove(rec.id);
     });

@@ -7,6 +7,7 @@
 #include "core/backend.hpp"
 #include "core/config.hpp"
 #include "core/driver.hpp"
+#include "core/pool.hpp"
 #include "core/registry.hpp"
 
 namespace sbx {
@@ -14,6 +15,8 @@ namespace sbx {
 class LocalBackend : public Backend {
  public:
   LocalBackend(const Config& cfg, const DriverTable& drivers);
+  LocalBackend(const LocalBackend&) = delete;  // its Pool refers to its own members
+  LocalBackend& operator=(const LocalBackend&) = delete;
 
   std::string where() const override { return "local"; }
   SandboxRecord create(const SandboxSpec& spec, const Progress& progress) override;
@@ -29,6 +32,14 @@ class LocalBackend : public Backend {
   /// The registry, for callers that inspect state directly (tests, doctor).
   Registry& registry() { return registry_; }
 
+  /// Starts pooled sandboxes until each driver's pool has its configured size.
+  PoolFillReport fill_pool();
+  /// Each driver's pool.
+  std::vector<PoolStatus> pool_status();
+  /// Destroys the pooled (unclaimed) sandboxes of `driver` (all drivers when
+  /// empty); returns their ids. A sandbox claimed meanwhile is left alone.
+  std::vector<std::string> drain_pool(const std::string& driver);
+
  private:
   /// The driver a record was created with.
   std::unique_ptr<Driver> driver_for(const SandboxRecord& rec);
@@ -41,10 +52,16 @@ class LocalBackend : public Backend {
   AgentClient connect_for_files(const std::string& id);
   /// Tears down one sandbox under its exclusive lock.
   void destroy(const SandboxRecord& rec);
+  /// Starts a new sandbox and waits until its agent answers; it ends in state
+  /// pooled (for the warm pool) or running.
+  SandboxRecord start_new(const SandboxSpec& spec, Driver& driver, const Progress& progress, bool for_pool);
+  /// Whether a running or pooled sandbox's agent is still there.
+  bool alive(const SandboxRecord& rec);
 
   Config cfg_;
   const DriverTable& drivers_;
   Registry registry_;
+  Pool pool_;
 };
 
 /// Fills a spec's unset fields from the configuration and validates it:

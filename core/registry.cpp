@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -144,6 +145,12 @@ void Registry::remove(const std::string& id) {
 }
 
 Fd Registry::lock(const std::string& id, bool exclusive) const { return lock_file(dir(id) + "/lock", exclusive); }
+
+Fd Registry::try_lock(const std::string& id) const {
+  Fd fd(::open((dir(id) + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) fd.reset();
+  return fd;
+}
 
 void Registry::touch(const std::string& id) const {
   std::string p = dir(id) + "/" + kActivity;

@@ -40,6 +40,9 @@ class Registry {
   /// Takes the per-sandbox lock (held while the returned Fd lives): shared for
   /// users of a sandbox (exec, cp), exclusive for whoever destroys it.
   Fd lock(const std::string& id, bool exclusive = true) const;
+  /// The exclusive lock if nobody holds the sandbox's lock now, else an empty
+  /// Fd (also when the sandbox is gone): a warm-pool claim skips busy ones.
+  Fd try_lock(const std::string& id) const;
   /// Marks the sandbox as used now (cheap: one utimensat, no record rewrite).
   void touch(const std::string& id) const;
   /// When the sandbox was last used, ms since the epoch (0 if never).

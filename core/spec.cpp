@@ -17,6 +17,7 @@ std::string_view state_name(SandboxState s) {
     case SandboxState::running: return "running";
     case SandboxState::dead: return "dead";
     case SandboxState::failed: return "failed";
+    case SandboxState::pooled: return "pooled";
   }
   return "failed";
 }
@@ -26,8 +27,9 @@ SandboxState parse_state(std::string_view s) {
   if (s == "running") return SandboxState::running;
   if (s == "dead") return SandboxState::dead;
   if (s == "failed") return SandboxState::failed;
+  if (s == "pooled") return SandboxState::pooled;
   throw Error(Errc::invalid_argument, "unknown sandbox state '" + std::string(s) + "'")
-      .set_hint("states are creating, running, dead, failed");
+      .set_hint("states are creating, running, dead, failed, pooled");
 }
 
 void reject_unknown_fields(const json& j, std::initializer_list<const char*> allowed, std::string_view what) {
@@ -103,7 +105,8 @@ void to_json(json& j, const SandboxRecord& r) {
            {"uid_base", r.uid_base},
            {"slot", r.slot},
            {"error", r.error},
-           {"driver_data", r.driver_data}};
+           {"driver_data", r.driver_data},
+           {"from_pool", r.from_pool}};
 }
 void from_json(const json& j, SandboxRecord& r) {
   r.id = j.at("id").get<std::string>();
@@ -117,6 +120,7 @@ void from_json(const json& j, SandboxRecord& r) {
   opt(j, "slot", r.slot);
   opt(j, "error", r.error);
   if (j.contains("driver_data")) r.driver_data = j["driver_data"];
+  opt(j, "from_pool", r.from_pool);
 }
 
 void to_json(json& j, const ExecRequest& r) {

@@ -39,7 +39,8 @@ struct SandboxSpec {
   std::string workdir = "/work";            ///< default cwd of every exec, created at start
 };
 
-enum class SandboxState { creating, running, dead, failed };
+/// pooled: started by the warm pool (core/pool.hpp), ready and not yet handed to anyone.
+enum class SandboxState { creating, running, dead, failed, pooled };
 std::string_view state_name(SandboxState s);
 SandboxState parse_state(std::string_view s);
 
@@ -55,6 +56,7 @@ struct SandboxRecord {
   uint32_t uid_base = 0;         ///< first host uid/gid of the sandbox's id range
   uint32_t slot = 0;             ///< index of that range
   std::string error;             ///< why it failed or died
+  bool from_pool = false;        ///< started by the warm pool (still unclaimed while state is pooled)
   nlohmann::json driver_data = nlohmann::json::object();  ///< driver-private fields
 };
 

@@ -47,6 +47,38 @@ uint64_t counter(const std::string& text, const std::string& key) {
   }
   return 0;
 }
+
+// Writes the caps of one controller. On v1 the memory+swap cap may never be
+// below the memory cap, so a raise writes it first and a cut writes it last.
+void write_limits(const Controller& c, const std::string& p, const Limits& limits) {
+  with_context("setting limits in " + p, [&] {
+    if (c.name == "memory") {
+      std::string bytes = std::to_string(limits.memory_mb * 1024 * 1024);
+      if (c.v2) {
+        write_knob(p + "/memory.max", bytes);
+        if (path_exists(p + "/memory.swap.max")) write_knob(p + "/memory.swap.max", "0");
+      } else {
+        // Without memsw the cap would only bound RAM, and swap would let a hog go on.
+        bool memsw = path_exists(p + "/memory.memsw.limit_in_bytes");
+        auto now = read_file_if_exists(p + "/memory.limit_in_bytes");
+        bool raise = now && std::strtoull(now->c_str(), nullptr, 10) < limits.memory_mb * 1024 * 1024;
+        if (memsw && raise) write_knob(p + "/memory.memsw.limit_in_bytes", bytes);
+        write_knob(p + "/memory.limit_in_bytes", bytes);
+        if (memsw && !raise) write_knob(p + "/memory.memsw.limit_in_bytes", bytes);
+      }
+    } else if (c.name == "pids") {
+      write_knob(p + "/pids.max", std::to_string(limits.pids));
+    } else if (c.name == "cpu" && limits.cpus > 0) {
+      auto quota = static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
+      if (c.v2) {
+        write_knob(p + "/cpu.max", std::to_string(quota) + " " + std::to_string(kCpuPeriodUs));
+      } else {
+        write_knob(p + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs));
+        write_knob(p + "/cpu.cfs_quota_us", std::to_string(quota));
+      }
+    }
+  });
+}
 }  // namespace
 
 std::vector<Controller> detect(std::string* why) {
@@ -116,31 +148,13 @@ Group Group::create(const std::string& scope, const std::string& name, const Lim
     }
     std::string p = g.path(c);
     if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) throw sys_error("cannot create cgroup " + p, errno);
-    with_context("setting limits in " + p, [&] {
-      if (c.name == "memory") {
-        std::string bytes = std::to_string(limits.memory_mb * 1024 * 1024);
-        if (c.v2) {
-          write_knob(p + "/memory.max", bytes);
-          if (path_exists(p + "/memory.swap.max")) write_knob(p + "/memory.swap.max", "0");
-        } else {
-          write_knob(p + "/memory.limit_in_bytes", bytes);
-          // Without this the cap would only bound RAM, and swap would let a hog go on.
-          if (path_exists(p + "/memory.memsw.limit_in_bytes")) write_knob(p + "/memory.memsw.limit_in_bytes", bytes);
-        }
-      } else if (c.name == "pids") {
-        write_knob(p + "/pids.max", std::to_string(limits.pids));
-      } else if (c.name == "cpu" && limits.cpus > 0) {
-        auto quota = static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
-        if (c.v2) {
-          write_knob(p + "/cpu.max", std::to_string(quota) + " " + std::to_string(kCpuPeriodUs));
-        } else {
-          write_knob(p + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs));
-          write_knob(p + "/cpu.cfs_quota_us", std::to_string(quota));
-        }
-      }
-    });
+    write_limits(c, p, limits);
   }
   return g;
+}
+
+void Group::set_limits(const Limits& limits) const {
+  for (auto& c : ctrls_) write_limits(c, path(c), limits);
 }
 
 void Group::add(pid_t pid) const {

@@ -39,6 +39,8 @@ class Group {
   /// The group sbx/<scope>/<name> whether or not it exists (for cleanup).
   static Group open(const std::string& scope, const std::string& name);
 
+  /// Changes the caps of a group that already holds processes (a warm-pool claim).
+  void set_limits(const Limits& limits) const;
   /// Moves a process into the group in every controller.
   void add(pid_t pid) const;
   /// Processes in the group (from the first controller that has it).

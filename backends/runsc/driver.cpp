@@ -215,6 +215,12 @@ class RunscDriver : public Driver {
     return cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).oom_kills();
   }
 
+  bool set_limits(const SandboxRecord& rec, const Limits& limits) override {
+    // The caps are the host cgroup's that holds the whole container, not gVisor's own.
+    cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).set_limits(limits);
+    return true;
+  }
+
   std::vector<std::string> orphans(const std::set<std::string>& live_ids) override {
     // Cgroups of this scope are the subprocess driver's to report (same scope,
     // same names); here: containers runsc still knows and mounts left in state dirs.

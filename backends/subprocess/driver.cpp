@@ -82,6 +82,11 @@ class SubprocessDriver : public Driver {
 
   uint64_t oom_kills(const SandboxRecord& rec) override { return cgroup::Group::open(scope_of(rec), rec.id).oom_kills(); }
 
+  bool set_limits(const SandboxRecord& rec, const Limits& limits) override {
+    cgroup::Group::open(scope_of(rec), rec.id).set_limits(limits);
+    return true;
+  }
+
   std::vector<std::string> orphans(const std::set<std::string>& live_ids) override {
     std::vector<std::string> out;
     for (auto& name : cgroup::Group::list_all(scope()))

@@ -241,7 +241,8 @@ json public_record(const SandboxRecord& rec) {
           {"state", state_name(rec.state)},
           {"created_ms", rec.created_ms},
           {"last_active_ms", rec.last_active_ms},
-          {"error", rec.error}};
+          {"error", rec.error},
+          {"from_pool", rec.from_pool}};
 }
 
 Api::Api(const Config& cfg, const DriverTable& drivers, KeyRing keys, Limits limits)
@@ -349,6 +350,7 @@ HttpResponse Api::create(const HttpRequest& req) {
   try {
     SandboxRecord rec = backend_.create(spec, nullptr);
     metrics_.create_latency(rec.spec.driver, seconds_since(t0));
+    metrics_.create_source(rec.spec.driver, rec.from_pool);
     return json_response(201, public_record(rec));
   } catch (const Error&) {
     metrics_.failure("create");
@@ -381,6 +383,8 @@ HttpResponse Api::list(const HttpRequest& req) {
   };
   for (auto& r : backend_.list()) {
     if (auto s = q("state"); s && state_name(r.state) != *s) continue;
+    // The warm pool's unclaimed sandboxes belong to no key: listed only when asked for by state.
+    if (r.state == SandboxState::pooled && !q("state")) continue;
     if (auto d = q("driver"); d && r.spec.driver != *d) continue;
     if (auto l = q("label")) {
       auto eq = l->find('=');

@@ -70,6 +70,11 @@ void Metrics::failure(const std::string& op) {
   ++failures_[op];
 }
 
+void Metrics::create_source(const std::string& driver, bool pooled) {
+  std::lock_guard lock(mu_);
+  ++create_sources_[{driver, pooled}];
+}
+
 void Metrics::gc_removed(size_t n) {
   std::lock_guard lock(mu_);
   gc_removed_ += n;
@@ -105,6 +110,10 @@ std::string Metrics::render(const std::map<std::pair<std::string, std::string>, 
   out += "# HELP sbx_gc_removed_total Sandboxes and orphans removed by garbage collection.\n"
          "# TYPE sbx_gc_removed_total counter\n";
   out += fmt::format("sbx_gc_removed_total {}\n", gc_removed_);
+  out += "# HELP sbx_creates_total Sandboxes created, by driver and source (pool: claimed from the warm pool).\n"
+         "# TYPE sbx_creates_total counter\n";
+  for (auto& [k, n] : create_sources_)
+    out += fmt::format("sbx_creates_total{{driver=\"{}\",source=\"{}\"}} {}\n", escape(k.first), k.second ? "pool" : "cold", n);
   return out;
 }
 

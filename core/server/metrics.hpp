@@ -39,6 +39,8 @@ class Metrics {
   void failure(const std::string& op);
   void gc_removed(size_t n);
   void gc_run();
+  /// Counts a create served from the warm pool (`pooled`) or started cold.
+  void create_source(const std::string& driver, bool pooled);
   /// The exposition text; `sandboxes` maps {driver, state} to a count taken at scrape time.
   std::string render(const std::map<std::pair<std::string, std::string>, int>& sandboxes, int in_flight) const;
 
@@ -48,6 +50,7 @@ class Metrics {
   std::map<std::string, uint64_t> failures_;
   std::map<std::string, std::unique_ptr<Histogram>> create_, exec_;
   uint64_t gc_removed_ = 0, gc_runs_ = 0;
+  std::map<std::pair<std::string, bool>, uint64_t> create_sources_;
   Histogram& hist(std::map<std::string, std::unique_ptr<Histogram>>& m, const std::string& driver);
 };
 

@@ -82,7 +82,7 @@ CG_CONTROLLERS = ("memory", "pids", "cpu")
 # the inherited environment so the host's settings cannot leak into a test.
 _SCRUBBED_ENV = (
     "USE_REMOTE_SANDBOX", "REMOTE_SANDBOX_BACKEND", "SANDBOX_BACKEND", "LOCAL_SANDBOX_BACKEND",
-    "SANDBOX_MANAGER_URL", "ADMIN_API_KEY", "SBX_CONFIG", "SBX_STATE_DIR",
+    "SANDBOX_MANAGER_URL", "ADMIN_API_KEY", "SBX_CONFIG", "SBX_STATE_DIR", "SBX_POOL",
 )
 
 

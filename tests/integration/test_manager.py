@@ -32,7 +32,7 @@ from manager_fixtures import (HOST, NDJSON, Manager, Resp, assert_error, clients
                               manager, manager_root, managers, module_managers, remote_env, scrubbed_env,
                               strong_key)
 
-RECORD_KEYS = {"id", "spec", "state", "created_ms", "last_active_ms", "error"}
+RECORD_KEYS = {"id", "spec", "state", "created_ms", "last_active_ms", "error", "from_pool"}
 SPEC_KEYS = {"driver", "image", "limits", "network", "idle_timeout_s", "ttl_s", "persistent", "env", "labels",
              "workdir"}
 HOST_PRIVATE = {"agent_pid", "agent_start", "uid", "uid_base", "slot", "driver_data", "pid"}

@@ -525,3 +525,27 @@ TEST_CASE("config: inputs_from_process", "[config]") {
   CHECK_FALSE(in.state_dir_flag);
   CHECK_FALSE(in.driver_flag);
 }
+
+TEST_CASE("config: warm pool sizes from the file and SBX_POOL", "[config][pool]") {
+  CHECK(no_file(inputs()).pool_sizes.empty());
+  auto c = with_yaml(inputs(), "pool:\n  subprocess: 2\n  deno: 1\n");
+  CHECK(c.pool_sizes == std::map<std::string, uint64_t>{{"deno", 1}, {"subprocess", 2}});
+  CHECK(c.origin["pool"] == "file /etc/sbx/test.yaml");
+  // The variable replaces the whole mapping, it does not merge into it.
+  auto e = with_yaml(inputs({{"SBX_POOL", "runsc=3, ,subprocess=0"}}), "pool:\n  deno: 1\n");
+  CHECK(e.pool_sizes == std::map<std::string, uint64_t>{{"runsc", 3}, {"subprocess", 0}});
+  CHECK(e.origin["pool"] == "env SBX_POOL");
+  CHECK(with_yaml(inputs(), "pool:\n").pool_sizes.empty());
+}
+
+TEST_CASE("config: bad warm pool settings are refused with the fix", "[config][pool]") {
+  auto bad_env = error_of([] { no_file(inputs({{"SBX_POOL", "subprocess"}})); });
+  CHECK(bad_env.code() == Errc::invalid_argument);
+  CHECK(contains(bad_env.hint(), "subprocess=2"));
+  CHECK(contains(error_of([] { no_file(inputs({{"SBX_POOL", "subprocess=two"}})); }).message(), "not a whole number"));
+  CHECK(contains(error_of([] { no_file(inputs({{"SBX_POOL", "a/b=1"}})); }).message(), "not a driver name"));
+  CHECK(contains(error_of([] { no_file(inputs({{"SBX_POOL", "subprocess=65"}})); }).message(), "more than 64"));
+  CHECK(contains(error_of([] { with_yaml(inputs(), "pool: 3\n"); }).message(), "mapping of driver: size"));
+  CHECK(contains(error_of([] { with_yaml(inputs(), "pool:\n  deno: [1]\n"); }).message(), "not `driver: size`"));
+  CHECK(contains(error_of([] { with_yaml(inputs(), "pool:\n  deno: -1\n"); }).message(), "not a whole number"));
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Side by side, in one run: `sbx create` started cold vs taken from a filled
+# warm pool (target: pooled create <= 10 ms), per driver: subprocess always,
+# runsc when `sbx doctor --driver runsc` passes (RUNSC=0 skips it).
+# Before each timed create, hyperfine's --prepare removes the previous
+# sandbox and (pooled runs) tops the pool up to 1, so every pooled run finds
+# one ready and every cold run starts from the same empty state root.
+# Prints each mean, the speed-up and the target check. Needs root; installs
+# hyperfine from Debian if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SBX=${SBX_BIN:-$PWD/build/sbx}
+RUNS=${RUNS:-50}
+RUNS_RUNSC=${RUNS_RUNSC:-10}
+dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null; }
+[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
+state="$work/state"
+: >"$work/config.yaml"
+export SBX_STATE_DIR=$state SBX_CONFIG=$work/config.yaml USE_REMOTE_SANDBOX=false LOCAL_SANDBOX_BACKEND=subprocess
+cleanup() {
+  "$SBX" rm --all >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The pooled runs' --prepare: fails (and with it the bench) if the previous
+# timed create was not served by the pool, then empties the state root and fills a pool of 1.
+cat >"$work/refill.sh" <<END
+set -euo pipefail
+export SBX_POOL=\$1=1
+"$SBX" ls --json | python3 -c 'import json,sys; cold=[r["id"] for r in json.load(sys.stdin) if not r["from_pool"]]; sys.exit("bench: a pooled run started cold: %s" % cold if cold else 0)'
+"$SBX" rm --all >/dev/null
+"$SBX" pool fill >/dev/null
+END
+
+mean_ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
+run() { # label json runs prepare command
+  hyperfine -N --warmup 2 --runs "$3" --prepare "$4" --export-json "$2" "$5" >/dev/null
+  printf '%-36s %9.2f ms\n' "$1" "$(mean_ms "$2")"
+}
+
+drivers=(subprocess)
+if [[ ${RUNSC:-1} != 0 ]] && "$SBX" doctor --driver runsc >/dev/null 2>&1; then drivers+=(runsc); fi
+
+for d in "${drivers[@]}"; do
+  n=$RUNS
+  [[ $d == runsc ]] && n=$RUNS_RUNSC
+  echo "== $d: sbx create, cold vs from the warm pool ($n runs each)"
+  run "cold   (no pool)" "$work/cold-$d.json" "$n" "$SBX rm --all" \
+    "env SBX_POOL=$d=0 $SBX create --driver $d"
+  "$SBX" rm --all >/dev/null
+  run "pooled (pool of 1, refilled)" "$work/pool-$d.json" "$n" \
+    "bash $work/refill.sh $d" "env SBX_POOL=$d=1 $SBX create --driver $d"
+  bash "$work/refill.sh" "$d"
+  "$SBX" rm --all >/dev/null
+done
+
+python3 - "$work" "${drivers[@]}" <<'PY'
+import json, sys
+w, drivers = sys.argv[1], sys.argv[2:]
+m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["mean"] * 1000
+print()
+for d in drivers:
+    cold, pool = m(f"cold-{d}"), m(f"pool-{d}")
+    print(f"{d:<11} cold {cold:8.2f} ms   pooled {pool:6.2f} ms   speed-up {cold / pool:6.1f}x   "
+          f"pooled <= 10 ms: {'PASS' if pool <= 10 else 'MISS'}")
+PY

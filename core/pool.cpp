@@ -1,0 +1,238 @@
+#include "core/pool.hpp"
+
+#include <set>
+
+#include "core/agent_client.hpp"
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+#include "core/local_backend.hpp"
+
+namespace sbx {
+
+namespace {
+// A pooled sandbox must answer a ping this fast to be handed out; a healthy agent takes microseconds.
+constexpr int kClaimPingMs = 500;
+// How long a driver's probe result is trusted.
+constexpr auto kProbeTtl = std::chrono::seconds(10);
+// A pool start older than this has crashed; gc's stray rules take it from there.
+constexpr int64_t kStartingGraceMs = 120'000;
+
+bool same_limits(const Limits& a, const Limits& b) {
+  return a.cpus == b.cpus && a.memory_mb == b.memory_mb && a.pids == b.pids && a.disk_mb == b.disk_mb;
+}
+
+// The workdir of a claim that asked for one below the pool's: made by the
+// agent (mkdir -p, one level at a time; existing levels are kept).
+void make_workdir(AgentClient& agent, const std::string& workdir) {
+  FileEntry dir;
+  dir.type = "dir";
+  dir.mode = 0755;
+  for (size_t pos = 1; pos <= workdir.size(); ++pos) {
+    pos = std::min(workdir.find('/', pos), workdir.size());
+    std::string part = workdir.substr(0, pos);
+    if (part.size() > 1) agent.write_entry(part, dir, nullptr);
+  }
+}
+}  // namespace
+
+SandboxSpec pool_spec(const std::string& driver, const Config& cfg, const DriverTable& drivers) {
+  SandboxSpec s;
+  s.driver = driver;
+  s = normalize_spec(s, cfg, drivers);
+  // Never collected for idleness or age while pooled; a claim sets the caller's values.
+  s.idle_timeout_s = 0;
+  s.ttl_s = 0;
+  return s;
+}
+
+PoolFit pool_fit(const SandboxSpec& want, const SandboxSpec& pooled) {
+  if (want.driver != pooled.driver || want.image != pooled.image || want.network != pooled.network)
+    return PoolFit::none;
+  // The disk cap is the size of a tmpfs mounted inside the sandbox's own mount namespace.
+  if (want.limits.disk_mb != pooled.limits.disk_mb) return PoolFit::none;
+  // Elsewhere the sandbox's root (without capabilities once the agent serves)
+  // may not be allowed to create it; the pool's own workdir is the sandbox's.
+  const std::string& base = pooled.workdir;
+  bool under = want.workdir == base || (want.workdir.size() > base.size() && want.workdir.compare(0, base.size(), base) == 0 &&
+                                        (base == "/" || want.workdir[base.size()] == '/'));
+  if (!under) return PoolFit::none;
+  return same_limits(want.limits, pooled.limits) ? PoolFit::exact : PoolFit::set_limits;
+}
+
+Pool::Pool(const Config& cfg, const DriverTable& drivers, Registry& registry,
+           std::function<bool(const SandboxRecord&)> alive)
+    : cfg_(cfg), drivers_(drivers), registry_(registry), alive_(std::move(alive)) {}
+
+uint64_t Pool::size_of(const std::string& driver) const {
+  auto it = cfg_.pool_sizes.find(driver);
+  return it == cfg_.pool_sizes.end() ? 0 : it->second;
+}
+
+bool Pool::usable(const std::string& driver, std::string* why) {
+  auto now = std::chrono::steady_clock::now();
+  auto [entry, fresh] = usable_.try_emplace(driver);
+  if (fresh || now - entry->second.at > kProbeTtl) {
+    entry->second = {"", now};
+    std::string& why_not = entry->second.why;
+    auto* info = find_driver(drivers_, driver);
+    if (!info) {
+      why_not = "no driver named '" + driver + "' (drivers: " + driver_names(drivers_) + ")";
+    } else if (!info->make) {
+      why_not = "driver '" + driver + "' does not run sandboxes on this host";
+    } else {
+      for (auto& p : info->probe(cfg_, false))
+        if (!p.ok && !p.advisory) {
+          why_not = p.name + ": " + p.detail + (p.remedy.empty() ? "" : " (" + p.remedy + ")");
+          break;
+        }
+      if (why_not.empty()) {
+        try {
+          pool_spec(driver, cfg_, drivers_);
+        } catch (const Error& e) {
+          why_not = std::string("its default spec is invalid: ") + e.what();
+        }
+      }
+    }
+  }
+  if (why) *why = entry->second.why;
+  return entry->second.why.empty();
+}
+
+void Pool::destroy_locked(const SandboxRecord& rec, Driver& driver) {
+  try {
+    driver.destroy(rec, registry_.dir(rec.id));
+    registry_.remove(rec.id);
+  } catch (const Error&) {
+    // Left for gc: what it cannot free it reports.
+  }
+}
+
+std::optional<SandboxRecord> Pool::claim(const SandboxSpec& want, Driver& driver) {
+  // No pool configured: not even a registry listing on the cold path.
+  if (size_of(want.driver) == 0) return std::nullopt;
+  for (auto& listed : registry_.list()) {
+    if (listed.state != SandboxState::pooled || pool_fit(want, listed.spec) == PoolFit::none) continue;
+    // Non-blocking: another claimer (or gc) holds it; the next one will do.
+    Fd guard = registry_.try_lock(listed.id);
+    if (!guard) continue;
+    auto cur = registry_.find(listed.id);
+    if (!cur || cur->state != SandboxState::pooled) continue;  // claimed or removed meanwhile
+    SandboxRecord rec = std::move(*cur);
+    std::optional<AgentClient> agent;
+    try {
+      if (!driver.alive(rec)) throw Error(Errc::unavailable, "its agent is gone");
+      agent.emplace(driver.connect(rec, registry_.dir(rec.id)));
+      agent->ping(kClaimPingMs);
+    } catch (const Error&) {
+      destroy_locked(rec, driver);
+      continue;
+    }
+    try {
+      if (pool_fit(want, rec.spec) == PoolFit::set_limits && !driver.set_limits(rec, want.limits))
+        return std::nullopt;  // this driver cannot change caps: every pooled one would need it
+      if (want.workdir != rec.spec.workdir) make_workdir(*agent, want.workdir);
+    } catch (const Error&) {
+      // Half-changed (some caps written): no longer what the pool promised.
+      destroy_locked(rec, driver);
+      return std::nullopt;
+    }
+    rec.spec = want;
+    rec.state = SandboxState::running;
+    rec.from_pool = true;
+    rec.created_ms = now_ms();  // age and TTL count from the caller's create
+    registry_.save(rec);
+    registry_.touch(rec.id);
+    return rec;
+  }
+  return std::nullopt;
+}
+
+std::map<std::string, std::string> Pool::unwanted(const std::vector<SandboxRecord>& recs) {
+  std::map<std::string, std::string> out;
+  std::map<std::string, uint64_t> kept;
+  std::map<std::string, std::optional<SandboxSpec>> specs;
+  for (auto& r : recs) {
+    if (r.state != SandboxState::pooled) continue;
+    const std::string& d = r.spec.driver;
+    auto* info = find_driver(drivers_, d);
+    if (!info || !info->make) continue;  // another build's sandbox: not ours to judge
+    std::string why;
+    if (!alive_(r)) {
+      out[r.id] = "its agent is gone";
+      continue;
+    }
+    if (!usable(d, &why)) {
+      out[r.id] = "pooled, but the " + d + " driver is unusable: " + why;
+      continue;
+    }
+    auto& spec = specs[d];
+    if (!spec) spec = pool_spec(d, cfg_, drivers_);
+    if (pool_fit(*spec, r.spec) != PoolFit::exact || spec->workdir != r.spec.workdir) {
+      out[r.id] = "pooled with settings the pool no longer uses";
+    } else if (kept[d] >= size_of(d)) {
+      out[r.id] = "pooled beyond the " + d + " pool size of " + std::to_string(size_of(d));
+    } else {
+      ++kept[d];
+    }
+  }
+  return out;
+}
+
+PoolFillReport Pool::fill(const PoolStarter& start) {
+  PoolFillReport report;
+  Fd turn = lock_file(registry_.root() + "/pool.lock");
+  auto recs = registry_.list();
+  auto drop = unwanted(recs);
+  int64_t now = now_ms();
+  for (auto& [driver, size] : cfg_.pool_sizes) {
+    if (size == 0) continue;
+    std::string why;
+    if (!usable(driver, &why)) {
+      report.errors.emplace_back(driver, why);
+      continue;
+    }
+    uint64_t have = 0;
+    for (auto& r : recs) {
+      if (!r.from_pool || r.spec.driver != driver || drop.count(r.id)) continue;
+      if (r.state == SandboxState::pooled || (r.state == SandboxState::creating && now - r.created_ms < kStartingGraceMs))
+        ++have;
+    }
+    SandboxSpec spec = pool_spec(driver, cfg_, drivers_);
+    for (; have < size; ++have) {
+      try {
+        report.started.push_back(start(spec).id);
+      } catch (const Error& e) {
+        report.errors.emplace_back(driver, e.what());
+        break;  // the next start would most likely fail the same way
+      }
+    }
+  }
+  return report;
+}
+
+std::vector<PoolStatus> Pool::status() {
+  auto recs = registry_.list();
+  auto drop = unwanted(recs);
+  std::map<std::string, PoolStatus> by;
+  for (auto& [d, n] : cfg_.pool_sizes) by[d].size = n;
+  int64_t now = now_ms();
+  for (auto& r : recs) {
+    if (!r.from_pool) continue;
+    if (r.state == SandboxState::pooled) {
+      auto& s = by[r.spec.driver];
+      if (drop.count(r.id)) ++s.stale;
+      else ++s.ready;
+    } else if (r.state == SandboxState::creating && now - r.created_ms < kStartingGraceMs) {
+      ++by[r.spec.driver].starting;
+    }
+  }
+  std::vector<PoolStatus> out;
+  for (auto& [d, s] : by) {
+    s.driver = d;
+    if (s.size) usable(d, &s.problem);
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace sbx

@@ -1,0 +1,229 @@
+"""The warm pool (core/pool.hpp), with real subprocess sandboxes: fill, claim,
+compatibility, concurrent claims, dead and surplus pooled sandboxes, gc,
+drain and rm, and the background refill of a real `sbx serve`.
+
+Each test has its own state root (a `clients` Client), so pooled sandboxes
+never meet the session's; the fixtures' `rm --all` leaves nothing behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ID_RE, SBX_BIN, driver_problem, skip_or_fail, wait_until
+from manager_fixtures import clients, managers, manager_root, scrubbed_env  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _subprocess_driver(sbx):
+    problem = driver_problem(sbx, "subprocess")
+    if problem:
+        skip_or_fail(problem)
+
+
+@pytest.mark.only_drivers("subprocess", "runsc")
+def test_each_local_driver_serves_creates_from_its_pool(clients, driver):
+    c = clients.new({"SBX_POOL": f"{driver}=1"}, label=f"pool-{driver}")
+    (pid,) = fill(c, 1, driver)
+    sid = c.create("--memory", "300M", "-e", "X=from-the-pool", driver=driver)
+    assert sid == pid and c.record(sid)["from_pool"] is True
+    assert memory_cap(c, sid) == 300 << 20
+    assert c.sh(sid, 'echo "$X"').ok().out == "from-the-pool\n"
+    assert status(c)[driver]["ready"] == 0
+
+
+def pooled(c) -> list[dict]:
+    return c.ls("--filter", "state=pooled")
+
+
+def status(c, **env) -> dict:
+    rows = json.loads(c.run("pool", "status", "--json", env=env or None).ok().out)
+    return {r["driver"]: r for r in rows}
+
+
+def fill(c, n: int, driver: str = "subprocess") -> list[str]:
+    ids = c.run("pool", "fill", timeout=120).ok().out.split()
+    assert all(ID_RE.match(i) for i in ids), ids
+    c.created.extend(ids)
+    assert status(c)[driver]["ready"] == n
+    return ids
+
+
+def memory_cap(c, sid) -> int:
+    for d in c.cgroup_dirs(sid):
+        for knob in ("memory.max", "memory.limit_in_bytes"):
+            p = Path(d, knob)
+            if p.exists():
+                return int(p.read_text())
+    raise AssertionError(f"no memory cgroup for {sid}: {c.cgroup_dirs(sid)}")
+
+
+def test_fill_then_create_claims_a_pooled_sandbox(clients):
+    c = clients.new({"SBX_POOL": "subprocess=2"}, label="pool-claim")
+    ids = fill(c, 2)
+    assert len(ids) == 2
+    # A second fill has nothing to do.
+    assert c.run("pool", "fill").ok().out == ""
+    # Hidden from a plain ls, shown by state.
+    assert c.ls() == []
+    assert sorted(r["id"] for r in pooled(c)) == sorted(ids)
+
+    sid = c.create("-e", "GREETING=hi", "-l", "team=pool", "--workdir", "/work/app/src", "--idle-timeout", "1h")
+    assert sid in ids, "a fitting create must take a pooled sandbox"
+    rec = c.record(sid)
+    assert rec["state"] == "running" and rec["from_pool"] is True, rec
+    assert rec["spec"]["labels"] == {"team": "pool"} and rec["spec"]["idle_timeout_s"] == 3600, rec
+    r = c.sh(sid, 'echo "$GREETING $(pwd)"').ok()
+    assert r.out == "hi /work/app/src\n", r
+    assert status(c)["subprocess"]["ready"] == 1
+    # An exec into a sandbox still in the pool is refused: nobody owns it yet.
+    (left,) = [i for i in ids if i != sid]
+    r = c.exec(left, "true")
+    assert r.rc != 0 and "pooled" in r.err, r
+    # The pool is topped up again by the next fill.
+    assert len(c.run("pool", "fill").ok().out.split()) == 1
+
+
+def test_limits_are_changed_on_the_claimed_sandbox(clients):
+    c = clients.new({"SBX_POOL": "subprocess=1"}, label="pool-limits")
+    (pid,) = fill(c, 1)
+    sid = c.create("--memory", "300M", "--pids", "100")
+    assert sid == pid
+    assert memory_cap(c, sid) == 300 << 20
+    rec = c.record(sid)
+    assert rec["spec"]["limits"]["memory_mb"] == 300 and rec["spec"]["limits"]["pids"] == 100, rec
+    # The cap holds: a 400M allocation is killed.
+    r = c.sh(sid, "head -c 400m /dev/zero | tail > /dev/null", timeout=60)
+    assert r.rc != 0, r
+
+
+@pytest.mark.parametrize("flags", [["--disk", "2G"], ["--workdir", "/srv/app"]], ids=["disk", "workdir"])
+def test_an_incompatible_spec_starts_cold(clients, flags):
+    c = clients.new({"SBX_POOL": "subprocess=1"}, label="pool-cold")
+    (pid,) = fill(c, 1)
+    sid = c.create(*flags)
+    assert sid != pid
+    assert c.record(sid)["from_pool"] is False
+    assert [r["id"] for r in pooled(c)] == [pid], "the pooled sandbox must stay in the pool"
+
+
+def test_no_pool_configured_means_cold_creates_and_a_clear_fill_error(clients):
+    c = clients.new({}, label="pool-none")
+    r = c.run("pool", "fill")
+    assert r.rc == 2 and "no pool is configured" in r.err and "SBX_POOL" in r.err, r
+    sid = c.create()
+    assert c.record(sid)["from_pool"] is False
+
+
+def test_concurrent_creates_never_share_a_sandbox(clients):
+    c = clients.new({"SBX_POOL": "subprocess=4"}, label="pool-race")
+    ids = set(fill(c, 4))
+    procs = [c.popen("create", "--driver", "subprocess") for _ in range(8)]
+    got = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        got.append(out.decode().strip())
+    c.created.extend(got)
+    assert len(set(got)) == len(got), f"two creates got the same sandbox: {got}"
+    claimed = ids & set(got)
+    assert claimed, "no create took a pooled sandbox"
+    left = {r["id"] for r in pooled(c)}
+    assert not (left & claimed) and left | claimed == ids, (left, claimed, ids)
+    for sid in got:
+        rec = c.record(sid)
+        assert rec["state"] == "running" and rec["from_pool"] == (sid in ids), rec
+        c.sh(sid, "true").ok()
+
+
+def test_a_dead_pooled_sandbox_is_skipped_and_removed(clients):
+    c = clients.new({"SBX_POOL": "subprocess=1"}, label="pool-dead")
+    (pid,) = fill(c, 1)
+    (rec,) = pooled(c)
+    os.kill(rec["agent_pid"], signal.SIGKILL)
+    assert wait_until(lambda: status(c)["subprocess"]["stale"] == 1, 10)
+    sid = c.create()
+    assert sid != pid and c.record(sid)["from_pool"] is False
+    # The claim destroyed it on the way; nothing of it is left.
+    assert pooled(c) == [] and not os.path.exists(c.sandbox_dir(pid)) and c.cgroup_dirs(pid) == []
+
+
+def test_gc_reaps_dead_and_surplus_pooled_sandboxes_but_never_idle_ones(clients, tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("defaults:\n  idle_timeout: 1s\npool:\n  subprocess: 3\n")
+    c = clients.new({"SBX_CONFIG": str(cfg)}, label="pool-gc")
+    ids = fill(c, 3)
+    time.sleep(1.5)
+    # Idle past the default idle timeout, but waiting in the pool is not idleness.
+    r = c.run("gc", "--json").ok()
+    assert json.loads(r.out)["actions"] == [], r
+    os.kill(pooled(c)[0]["agent_pid"], signal.SIGKILL)
+    assert wait_until(lambda: status(c)["subprocess"]["stale"] == 1, 10)
+    # The pool shrinks to 1: of the two live ones, one is surplus.
+    acts = json.loads(c.run("gc", "--json", env={"SBX_POOL": "subprocess=1"}).ok().out)["actions"]
+    reasons = sorted(a["reason"] for a in acts)
+    assert len(acts) == 2 and all(a["done"] for a in acts), acts
+    assert "its agent is gone" in reasons[0] and "beyond the subprocess pool size of 1" in reasons[1], reasons
+    (kept,) = pooled(c)
+    assert kept["id"] in ids
+    # No pool at all: the last one goes too.
+    acts = json.loads(c.run("gc", "--json", env={"SBX_POOL": "subprocess=0"}).ok().out)["actions"]
+    assert [a["target"] for a in acts] == [kept["id"]], acts
+    for sid in ids:
+        assert not os.path.exists(c.sandbox_dir(sid)) and c.cgroup_dirs(sid) == []
+
+
+def test_gc_reaps_pooled_sandboxes_started_with_old_defaults(clients, tmp_path):
+    c = clients.new({"SBX_POOL": "subprocess=1"}, label="pool-stale")
+    (pid,) = fill(c, 1)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("defaults:\n  memory: 256M\n")
+    # Started with 512M; under the new defaults (256M) the pool would start others, so gc replaces it.
+    acts = json.loads(c.run("gc", "--json", env={"SBX_CONFIG": str(cfg)}).ok().out)["actions"]
+    assert [(a["target"], a["reason"]) for a in acts] == [(pid, "pooled with settings the pool no longer uses")]
+
+
+def test_drain_and_rm_all_leave_nothing(clients):
+    c = clients.new({"SBX_POOL": "subprocess=2"}, label="pool-drain")
+    ids = fill(c, 2)
+    mine = c.create("--disk", "2G")  # cold, not pooled: drain must not touch it
+    assert sorted(c.run("pool", "drain").ok().out.split()) == sorted(ids)
+    assert pooled(c) == [] and [r["id"] for r in c.ls()] == [mine]
+    ids = fill(c, 2)
+    removed = c.run("rm", "--all").ok().out.split()
+    assert sorted(removed) == sorted(ids + [mine])
+    for sid in ids + [mine]:
+        assert not os.path.exists(c.sandbox_dir(sid)) and c.cgroup_dirs(sid) == []
+
+
+def test_sbx_serve_refills_its_pool_in_the_background(managers):
+    m = managers.new("pool", "pool:\n  subprocess: 2\nserver:\n  reap_interval: 1h\n")
+
+    def local(*args) -> subprocess.CompletedProcess:
+        return subprocess.run([SBX_BIN, "--state-dir", m.state_dir, "--config", m.config, *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                              env=scrubbed_env({"USE_REMOTE_SANDBOX": "false", "LOCAL_SANDBOX_BACKEND": "subprocess"}))
+
+    def ready() -> set[str]:
+        out = local("ls", "--json", "--filter", "state=pooled").stdout
+        return {r["id"] for r in json.loads(out) if not r["error"]}
+
+    first = wait_until(lambda: len(ready()) == 2 and ready(), 20)
+    assert first and len(first) == 2, m.log()[-2000:]
+    # The API lists sandboxes of keys; the pool's are nobody's until claimed.
+    assert m.ids() == [] and sorted(m.ids("?state=pooled")) == sorted(first)
+    rec = m.create({"driver": "subprocess", "labels": {"app": "x"}})
+    m.created.add(rec["id"])
+    assert rec["id"] in first and rec["from_pool"] is True and rec["spec"]["labels"] == {"app": "x"}, rec
+    assert m.exec(rec["id"], ["echo", "ok"])["stdout"] == "ok\n"
+    again = wait_until(lambda: len(ready()) == 2 and ready(), 20)
+    assert again and rec["id"] not in again and len(again - first) == 1, (first, again)
+    metrics = m.request("GET", "/metrics").text
+    assert 'sbx_creates_total{driver="subprocess",source="pool"} 1' in metrics, metrics
+    assert 'state="pooled"} 2' in metrics, metrics
