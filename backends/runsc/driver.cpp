@@ -36,6 +36,11 @@ constexpr int kStartTimeoutMs = 30'000;
 // in a sandbox's cgroup: 64 at idle here under ptrace, and each command adds its stub.
 constexpr uint64_t kRuntimeTasks = 160;
 
+Limits with_runtime_allowance(Limits l) {
+  if (l.pids) l.pids += kRuntimeTasks;
+  return l;
+}
+
 
 std::string tail(const std::string& path, size_t max = 1500) {
   auto text = read_file_if_exists(path).value_or("");
@@ -79,8 +84,7 @@ class RunscDriver : public Driver {
     make_dirs(root, 0700);
     // The group holds gVisor itself too: the sentry's and the gofer's threads
     // count as tasks, so --pids gets an allowance for them on top.
-    Limits limits = rec.spec.limits;
-    if (limits.pids) limits.pids += kRuntimeTasks;
+    Limits limits = with_runtime_allowance(rec.spec.limits);
     auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, limits); });
 
     // The writable layer: a tmpfs capped at the disk limit (the cap is the
@@ -217,7 +221,7 @@ class RunscDriver : public Driver {
 
   bool set_limits(const SandboxRecord& rec, const Limits& limits) override {
     // The caps are the host cgroup's that holds the whole container, not gVisor's own.
-    cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).set_limits(limits);
+    cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).set_limits(with_runtime_allowance(limits));
     return true;
   }
 
