@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -49,6 +50,8 @@ class Driver {
   virtual std::vector<std::string> orphans(const std::set<std::string>& /*live_ids*/) { return {}; }
   /// Frees one leftover named by orphans().
   virtual void reap_orphan(const std::string& /*what*/) {}
+  /// A note create shows before start() when starting takes a while (a VM boot).
+  virtual std::optional<std::string> start_note(const SandboxSpec& /*spec*/) { return std::nullopt; }
 };
 
 /// A row of the driver table: the one list that doctor, --driver, the

@@ -91,6 +91,8 @@ SandboxRecord LocalBackend::create(const SandboxSpec& in, const Progress& progre
   SandboxRecord probe_rec;
   probe_rec.spec = spec;
   auto driver = driver_for(probe_rec);
+  if (progress)
+    if (auto note = driver->start_note(spec)) progress(*note);
   SandboxRecord rec = registry_.create(spec);
   std::string dir = registry_.dir(rec.id);
   try {
