@@ -60,6 +60,7 @@ std::string find_guest_dir() {
     if (usable(self + "/guest")) return self + "/guest";
     if (usable(self + "/../lib/sbx/guest")) return self + "/../lib/sbx/guest";
   }
+  if (usable(SBX_BUILD_GUEST_DIR)) return SBX_BUILD_GUEST_DIR;
   throw Error(Errc::not_found, "the micro-VM guest image is missing (looked in " + tried + ")")
       .set_hint("build it with `scripts/build-guest.sh build/guest` (scripts/setup.sh does), or set SBX_GUEST_DIR");
 }
