@@ -13,11 +13,12 @@ mount -t devtmpfs devtmpfs /dev
 # ends), so the host sees a dead VM and the reason in its console log.
 fail() { echo "sbx-guest: $*" >&2; exit 1; }
 
-workdir=/work pids=0 vsock=
+workdir=/work pids=0 memory=0 vsock=
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
     sbx.workdir=*) workdir=${arg#sbx.workdir=} ;;
     sbx.pids=*) pids=${arg#sbx.pids=} ;;
+    sbx.memory=*) memory=${arg#sbx.memory=} ;;
     sbx.vsock=*) vsock=${arg#sbx.vsock=} ;;
   esac
 done
@@ -55,15 +56,16 @@ mkdir -p /newroot/dev/pts /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /newroot/dev/shm
 
-# The guest-wide cap on processes (the sandbox's --pids), as a cgroup the agent joins.
-if [ "$pids" -gt 0 ] 2>/dev/null; then
-  mkdir -p /newroot/sys/fs/cgroup
-  if mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup; then
-    echo +pids > /newroot/sys/fs/cgroup/cgroup.subtree_control
-    mkdir /newroot/sys/fs/cgroup/sandbox
-    echo "$pids" > /newroot/sys/fs/cgroup/sandbox/pids.max
-    echo $$ > /newroot/sys/fs/cgroup/sandbox/cgroup.procs
-  fi
+# The sandbox's --pids and --memory, as a cgroup the agent (and so every
+# command) joins; the guest's RAM is a little larger, for its own kernel.
+mkdir -p /newroot/sys/fs/cgroup
+if mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup; then
+  cg=/newroot/sys/fs/cgroup
+  echo "+pids +memory" > $cg/cgroup.subtree_control
+  mkdir $cg/sandbox
+  [ "$pids" -gt 0 ] && echo "$pids" > $cg/sandbox/pids.max
+  [ "$memory" -gt 0 ] && echo "$memory" > $cg/sandbox/memory.max
+  echo $$ > $cg/sandbox/cgroup.procs
 fi
 hostname sbx
 

@@ -36,8 +36,11 @@ constexpr uint64_t kVmmOverheadMb = 256;
 // The host-side task cap of one VM: QEMU's vCPU, I/O and RCU threads. The
 // sandbox's own --pids is enforced inside the guest (scripts/guest-init.sh).
 constexpr uint64_t kVmmTasks = 128;
-// Below this a guest kernel with its initramfs does not come up.
-constexpr uint64_t kMinMemoryMb = 128;
+// The guest's RAM is the sandbox's --memory (enforced by a cgroup inside the
+// guest, scripts/guest-init.sh) plus room for the guest kernel and initramfs,
+// and never less than a guest needs to come up.
+constexpr uint64_t kGuestKernelMb = 96;
+constexpr uint64_t kMinGuestMb = 192;
 
 std::string str(const SandboxRecord& rec, const char* key, const std::string& dflt) {
   auto it = rec.driver_data.find(key);
@@ -130,15 +133,16 @@ class MicrovmDriver : public Driver {
     with_context("making the writable layer", [&] { make_layer_disk(plan.disk, spec.limits.disk_mb); });
     plan.console_log = dir + "/console.log";
     plan.kvm = accel.kvm;
-    plan.memory_mb = spec.limits.memory_mb;
+    plan.memory_mb = std::max(spec.limits.memory_mb + kGuestKernelMb, kMinGuestMb);
     plan.vcpus = static_cast<unsigned>(std::max(1.0, std::ceil(spec.limits.cpus)));
-    plan.cmdline_args = "sbx.workdir=" + spec.workdir + " sbx.pids=" + std::to_string(spec.limits.pids);
+    plan.cmdline_args = "sbx.workdir=" + spec.workdir + " sbx.pids=" + std::to_string(spec.limits.pids) +
+                        " sbx.memory=" + std::to_string(spec.limits.memory_mb << 20);
     if (!vmm->relayed()) plan.cmdline_args += " sbx.vsock=" + std::to_string(kAgentVsockPort);
     if (rec.uid_base) plan.runas = std::to_string(rec.uid_base) + ":" + std::to_string(rec.uid_base);
     if (vmm->name() != "qemu") plan.runas.clear();  // -runas is QEMU's
 
     Limits host = spec.limits;
-    host.memory_mb = spec.limits.memory_mb + kVmmOverheadMb;
+    host.memory_mb = plan.memory_mb + kVmmOverheadMb;
     host.pids = kVmmTasks;
     auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, host); });
     std::vector<std::string> argv = {agent, "--vm-monitor", plan.dir};
@@ -248,9 +252,6 @@ class MicrovmDriver : public Driver {
       if (c <= ' ' || c == 0x7f)
         throw Error(Errc::invalid_argument, "a micro-VM's workdir cannot contain spaces or control characters")
             .set_hint("choose a workdir such as /work");
-    if (spec.limits.memory_mb < kMinMemoryMb)
-      throw Error(Errc::invalid_argument, "a micro-VM needs at least " + std::to_string(kMinMemoryMb) + "M of memory")
-          .set_hint("pass --memory 128M or more");
   }
 
   std::unique_ptr<Vmm> vmm_of(const SandboxRecord& rec) const {
