@@ -142,8 +142,8 @@ int main(int argc, char** argv) {
     };
     if (a == "--listen-fd") opts.listen_fd = parse_fd(next());
     else if (a == "--listen") listen_at = next();
-    else if (a == "--serial") serial = next();
-    else if (a == "--vsock") vsock_port = parse_fd(next());
+    else if (a == "--serial") serial = next(), opts.report_oom = true;
+    else if (a == "--vsock") vsock_port = parse_fd(next()), opts.report_oom = true;
     else if (a == "--fd") opts.stream_fds.push_back(parse_fd(next()));
     else if (a == "--exit-on-close") opts.exit_when_streams_close = true;
     else if (a == "--mkdir") {

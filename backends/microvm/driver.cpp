@@ -199,23 +199,10 @@ class MicrovmDriver : public Driver {
     (void)dir;  // the disk, sockets and logs go with the sandbox's directory
   }
 
-  uint64_t oom_kills(const SandboxRecord& rec) override {
-    // The guest kernel's OOM killer is the one that acts (the VM's RAM is the
-    // limit): its count is the guest's /proc/vmstat oom_kill.
-    try {
-      AgentClient agent(connect(rec, sandbox_dir(rec.id)));
-      std::string vmstat;
-      agent.read_file("/proc/vmstat", [&](std::string_view b) { vmstat.append(b); });
-      std::istringstream in(vmstat);
-      for (std::string k; in >> k;) {
-        uint64_t v = 0;
-        in >> v;
-        if (k == "oom_kill") return v;
-      }
-    } catch (const Error&) {
-    }
-    return 0;
-  }
+  // No oom_kills(): the guest kernel's OOM killer is the one that acts (the
+  // sandbox's cgroup inside the guest), and the guest agent reports an OOM
+  // kill in the exit frame itself (agent --serial/--vsock: report_oom), so no
+  // extra round trip into the VM is paid on every exec.
 
   std::vector<std::string> orphans(const std::set<std::string>& live_ids) override {
     // Cgroups of this scope are the subprocess driver's to report (same
