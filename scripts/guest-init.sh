@@ -50,11 +50,31 @@ else
   done
   channel="--serial $port"
 fi
-# Everything the guest found is handed to the sandbox's root.
-for d in proc sys dev; do mount --move /$d /newroot/$d; done
-mkdir -p /newroot/dev/pts /newroot/dev/shm
-mount -t devpts devpts /newroot/dev/pts
-mount -t tmpfs -o mode=1777 tmpfs /newroot/dev/shm
+# The sandbox's root gets /proc and /sys, and a /dev of its own with the
+# usual character devices and the agent's port only (no disks, no kmsg, no mem),
+# as in every other driver. The image's system directories are read-only
+# (their changes could only ever land on the sandbox's own disk, but code that
+# relies on them being read-only behaves the same everywhere).
+mkdir -p /newroot/var/tmp /newroot/root
+# (busybox's remount reads /proc/mounts: before /proc moves)
+for d in bin sbin lib usr etc; do
+  [ -d /newroot/$d ] && mount --bind /newroot/$d /newroot/$d && mount -o remount,bind,ro /newroot/$d
+done
+for d in proc sys; do mount --move /$d /newroot/$d; done
+dev=/newroot/dev
+mount -t tmpfs -o mode=0755,size=1m,nosuid,noexec tmpfs $dev
+mknod -m 666 $dev/null c 1 3; mknod -m 666 $dev/zero c 1 5; mknod -m 666 $dev/full c 1 7
+mknod -m 666 $dev/random c 1 8; mknod -m 666 $dev/urandom c 1 9; mknod -m 666 $dev/tty c 5 0
+if [ -n "${port:-}" ]; then
+  majmin=$(cat /newroot/sys/class/virtio-ports/${port##*/}/dev)
+  mknod -m 600 $dev/${port##*/} c ${majmin%%:*} ${majmin##*:}
+  channel="--serial /dev/${port##*/}"
+fi
+mkdir -p $dev/pts $dev/shm
+mount -t devpts -o newinstance,ptmxmode=0666 devpts $dev/pts
+ln -s pts/ptmx $dev/ptmx
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs $dev/shm
+ln -s /proc/self/fd $dev/fd; ln -s fd/0 $dev/stdin; ln -s fd/1 $dev/stdout; ln -s fd/2 $dev/stderr
 
 # The sandbox's --pids and --memory, as a cgroup the agent (and so every
 # command) joins; the guest's RAM is a little larger, for its own kernel.
@@ -67,8 +87,11 @@ if mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup; then
   [ "$memory" -gt 0 ] && echo "$memory" > $cg/sandbox/memory.max
   echo $$ > $cg/sandbox/cgroup.procs
 fi
-hostname sbx
+hostname sandbox
 
 [ -x /newroot/sbin/sbx-agent ] || fail "no /sbin/sbx-agent in the initramfs"
 echo "sbx-guest: starting the agent"
-exec chroot /newroot /sbin/sbx-agent $channel --mkdir "$workdir"
+# A PID namespace of its own: the sandbox sees the agent as PID 1 and its own
+# commands, not the guest kernel's threads. unshare stays PID 1 of the guest
+# and exits with the agent, so a dead agent still stops the VM.
+exec unshare --pid --fork --mount-proc=/newroot/proc chroot /newroot /sbin/sbx-agent $channel --mkdir "$workdir"
