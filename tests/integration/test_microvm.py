@@ -251,3 +251,19 @@ def test_create_on_a_terminal_says_tcg_is_slow_and_no_boundary(sbx, driver):
         sbx.remove(sid)
     assert p.returncode == 0, note
     assert b"TCG" in note and b"not a security boundary" in note, note
+
+
+@microvm_only
+def test_gc_reaps_a_vm_whose_sandbox_is_gone(sbx, driver):
+    sid = sbx.create(driver="microvm", timeout=120)
+    procs = vm_processes(sid)
+    assert procs["monitor"] and procs["qemu"], procs
+    # The state directory vanishes behind sbx's back: the VM is an orphan now.
+    subprocess.run(["rm", "-rf", sbx.sandbox_dir(sid)], check=True)
+    dry = sbx.run("gc", "--dry-run", timeout=60).ok()
+    assert f"vm monitor {procs['monitor'][0]} of {sid}" in dry.out + dry.err, dry
+    assert pid_alive(procs["qemu"][0]), "a dry run must not kill anything"
+    sbx.run("gc", timeout=60).ok()
+    gone = wait_until(lambda: not any(vm_processes(sid).values()), 10)
+    assert gone, f"gc left the orphaned VM running: {vm_processes(sid)}"
+    assert not [d for d in sbx.cgroup_dirs(sid) if os.path.isdir(d)]
