@@ -229,6 +229,9 @@ class MicrovmDriver : public Driver {
   }
 
   static void check_spec(const SandboxSpec& spec) {
+    // The seam for --network jail: once the network jail can make a tap device
+    // in the sandbox's network namespace (with its filter rules), start() sets
+    // VmPlan::tap to it and the VMM gives the guest that NIC (vmm.cpp).
     if (spec.network != "none")
       throw Error(Errc::unavailable, "network mode '" + spec.network + "' is not available for micro-VMs yet")
           .set_hint("use --network none (the guest then has no network device at all)");

@@ -67,6 +67,9 @@ class Qemu : public Vmm {
         "-chardev", "socket,id=agent,path=" + p.dir + "/serial.sock",
         "-device", "virtserialport,chardev=agent,name=agent",
     };
+    if (!p.tap.empty())
+      a.insert(a.end(), {"-netdev", "tap,id=net,ifname=" + p.tap + ",script=no,downscript=no",
+                         "-device", "virtio-net-device,netdev=net"});
     // QEMU's own seccomp filter: no exec, no obsolete calls, no scheduler or
     // resource changes. With -runas, QEMU must still call setuid once after
     // the filter is in (it kills itself with SIGSYS otherwise), and once it is
@@ -112,6 +115,7 @@ class CloudHypervisor : public Vmm {
         {"serial", {{"mode", "File"}, {"file", p.console_log}}},
         {"console", {{"mode", "Off"}}},
     };
+    if (!p.tap.empty()) cfg["net"] = json::array({{{"tap", p.tap}}});
     return {{"PUT", "/api/v1/vm.create", cfg.dump()}, {"PUT", "/api/v1/vm.boot", ""}};
   }
 

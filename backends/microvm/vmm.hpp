@@ -25,6 +25,10 @@ struct VmPlan {
   bool kvm = false;          ///< hardware virtualization; else TCG (QEMU only)
   std::string cmdline_args;  ///< extra guest kernel arguments (sbx.workdir=... sbx.pids=...)
   std::string runas;         ///< uid:gid QEMU drops to after opening its files ("" = stay)
+  /// The network seam for --network jail: a tap device the network jail
+  /// (backends/common/netjail) made in the sandbox's network namespace, given
+  /// to the guest as its one NIC. "" (--network none): the guest has no NIC.
+  std::string tap;
 };
 
 /// One HTTP request on a VMM's API socket.

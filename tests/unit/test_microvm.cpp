@@ -147,6 +147,7 @@ TEST_CASE("qemu: the microvm command line under TCG and under KVM") {
   CHECK(after(tcg, "-drive").find("file=/state/sandboxes/sbx_x/layer.img,format=raw") != std::string::npos);
   CHECK(after(tcg, "-sandbox").find("elevateprivileges=deny") != std::string::npos);
   CHECK_FALSE(has(tcg, "-runas"));
+  CHECK_FALSE(has(tcg, "-netdev"));  // --network none: no NIC at all
 
   VmPlan p = sample_plan();
   p.kvm = true;
@@ -158,6 +159,11 @@ TEST_CASE("qemu: the microvm command line under TCG and under KVM") {
   CHECK(after(kvm, "-runas") == "1073807360:1073807360");
   // QEMU calls setuid for -runas after its filter is in: that must stay allowed.
   CHECK(after(kvm, "-sandbox").find("elevateprivileges") == std::string::npos);
+
+  p.tap = "sbxtap0";  // the network jail's seam
+  auto net = q->command_line(p);
+  CHECK(after(net, "-netdev") == "tap,id=net,ifname=sbxtap0,script=no,downscript=no");
+  CHECK(has(net, "virtio-net-device,netdev=net"));
 }
 
 TEST_CASE("cloud-hypervisor: the API socket, vm.create and vm.boot") {
@@ -183,7 +189,10 @@ TEST_CASE("cloud-hypervisor: the API socket, vm.create and vm.boot") {
   CHECK(cfg["disks"][0]["path"] == "/state/sandboxes/sbx_x/layer.img");
   CHECK(cfg["vsock"]["socket"] == "/state/sandboxes/sbx_x/vm/vsock.sock");
   CHECK(cfg["serial"]["mode"] == "File");
+  CHECK_FALSE(cfg.contains("net"));
   CHECK(reqs[1].path == "/api/v1/vm.boot");
+  p.tap = "sbxtap0";
+  CHECK(nlohmann::json::parse(ch->boot_requests(p)[0].body)["net"][0]["tap"] == "sbxtap0");
   CHECK(reqs[1].body.empty());
 
   CHECK(sbx::microvm::http_bytes({"PUT", "/api/v1/vm.boot", ""}) ==
