@@ -69,7 +69,7 @@ echo "sbx-guest ($pkg)" > "$root/etc/sbx-guest"
 
 mkdir -p "$out"
 find "$root" -exec touch -h -d @0 {} +
-(cd "$root" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --owner 0:0 --quiet) | gzip -9n > "$work/initrd.cpio.gz"
+(cd "$root" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --owner 0:0 --reproducible --quiet) | gzip -9n > "$work/initrd.cpio.gz"
 install -m 0644 "$work/initrd.cpio.gz" "$out/initrd.cpio.gz"
 install -m 0644 "$work/k/boot/vmlinuz-$kver" "$out/vmlinuz"
 # cloud-hypervisor boots the ELF vmlinux: the image is LZ4-compressed behind
