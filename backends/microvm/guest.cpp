@@ -1,5 +1,6 @@
 #include "backends/microvm/guest.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -94,6 +95,18 @@ std::string prepare_initrd(const std::string& guest_dir, const std::string& agen
   if (path_exists(path)) return path;
   make_dirs(cache_dir, 0755);
   write_file_atomic(path, agent_cpio(read_file(agent_path)) + read_file(base), 0644, Durability::survive_process);
+  // Initrds of an older agent or image: QEMU reads its initrd whole at start,
+  // so no running VM needs its file any more.
+  if (DIR* d = ::opendir(cache_dir.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      // Finished files only: another sbx may be writing its own (*.img.tmp.N) right now.
+      bool finished = name.size() > 4 && name.compare(name.size() - 4, 4, ".img") == 0;
+      if (name.rfind("initrd-", 0) == 0 && finished && cache_dir + "/" + name != path)
+        ::unlink((cache_dir + "/" + name).c_str());
+    }
+    ::closedir(d);
+  }
   return path;
 }
 
