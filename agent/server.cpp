@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -58,7 +59,20 @@ struct Exec {
   int64_t start_ms;
   int64_t deadline_ms;  // 0 = none
   bool timed_out = false;
+  uint64_t oom_kills_at_start = 0;
 };
+
+// The kernel's count of OOM kills (/proc/vmstat oom_kill); 0 if unreadable.
+uint64_t oom_kill_count() {
+  int fd = ::open("/proc/vmstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  auto at = text.find("\noom_kill ");
+  return at == std::string::npos ? 0 : std::strtoull(text.c_str() + at + 10, nullptr, 10);
+}
 
 class Server {
  public:
@@ -271,6 +285,7 @@ void Server::start_exec(Conn& c, uint32_t ch, const json& req) {
   }
   Exec e{c.fd.get(), ch, s.pid, std::move(s.out), std::move(s.err), std::move(s.in), {}, false, start,
          timeout_ms ? start + static_cast<int64_t>(timeout_ms) : 0};
+  if (opts_.report_oom) e.oom_kills_at_start = oom_kill_count();
   send(c.fd.get(), proto::encode_json(proto::Type::started, ch, {{"pid", s.pid}}));
   execs_.emplace(s.pid, std::move(e));
 }
@@ -339,11 +354,10 @@ void Server::finish(Exec& e, int status) {
     sig = WTERMSIG(status);
     code = 128 + sig;
   }
-  send(e.conn_fd, proto::encode_json(proto::Type::exit, e.channel,
-                                     {{"exit_code", code},
-                                      {"signal", sig},
-                                      {"timed_out", e.timed_out},
-                                      {"duration_ms", mono_ms() - e.start_ms}}));
+  json result = {{"exit_code", code}, {"signal", sig}, {"timed_out", e.timed_out}, {"duration_ms", mono_ms() - e.start_ms}};
+  if (opts_.report_oom && sig == SIGKILL && !e.timed_out && oom_kill_count() > e.oom_kills_at_start)
+    result["oom_killed"] = true;
+  send(e.conn_fd, proto::encode_json(proto::Type::exit, e.channel, result));
   // Leftover background processes of a finished command keep running, as with
   // docker exec; a timed-out command's tree was killed already.
 }

@@ -13,6 +13,10 @@ struct ServerOptions {
   std::vector<int> stream_fds;     ///< already-connected streams (virtio-serial, stdio)
   bool confine = true;             ///< confine commands (capabilities, seccomp)
   bool exit_when_streams_close = false;  ///< for --stdio use: stop when the last stream ends
+  /// A micro-VM guest: the kernel is the sandbox's own, so a rise of its
+  /// oom_kill count during a command that died of SIGKILL means an OOM kill,
+  /// reported in the exit frame (the host cannot see the guest's counter).
+  bool report_oom = false;
 };
 
 /// Runs until asked to stop (SIGTERM to a non-init agent) or, with

@@ -99,7 +99,8 @@ void register_serve(CLI::App& app, Globals& g, Outcome& out) {
     std::string listen = st->listen.empty() ? cfg.server.listen : st->listen;
     // A development server without a key only ever listens on loopback.
     if (listen.empty() && st->dev) listen = "127.0.0.1";
-    uint16_t default_port = cfg.driver_override == "microvm" ? 8400 : 8000;
+    const std::string& default_driver = cfg.driver_override.empty() ? cfg.local_backend : cfg.driver_override;
+    uint16_t default_port = default_driver == "microvm" ? 8400 : 8000;
     auto [host, port] = parse_listen(listen, default_port);
     if (st->dev && !loopback(host))
       throw Error(Errc::invalid_argument, "--insecure-dev only listens on loopback, not " + host)

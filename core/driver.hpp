@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -52,6 +53,8 @@ class Driver {
   /// Changes the cpu, memory and pids caps of a running sandbox (the disk cap
   /// stays). False when this driver cannot: a warm-pool claim then starts cold.
   virtual bool set_limits(const SandboxRecord& /*rec*/, const Limits& /*limits*/) { return false; }
+  /// A note create shows before start() when starting takes a while (a VM boot).
+  virtual std::optional<std::string> start_note(const SandboxSpec& /*spec*/) { return std::nullopt; }
 };
 
 /// A row of the driver table: the one list that doctor, --driver, the

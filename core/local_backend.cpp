@@ -98,6 +98,8 @@ SandboxRecord LocalBackend::create(const SandboxSpec& in, const Progress& progre
 
 SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, const Progress& progress,
                                       bool for_pool) {
+  if (progress)
+    if (auto note = driver.start_note(spec)) progress(*note);
   SandboxRecord rec = registry_.create(spec);
   rec.from_pool = for_pool;
   std::string dir = registry_.dir(rec.id);

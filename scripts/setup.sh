@@ -10,6 +10,7 @@ packages=(
   catch2 libarchive-dev libseccomp-dev libmicrohttpd-dev libsqlite3-dev libhttp-parser-dev
   python3 python3-pytest procps iproute2 util-linux busybox-static
   runsc
+  qemu-system-x86 e2fsprogs cpio lz4 file
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -29,4 +30,6 @@ fi
 [[ "${1:-}" == "--no-build" ]] && exit 0
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSBX_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)"
-echo "setup: built build/sbx and build/sbx-agent"
+# The micro-VM guest image (kernel from Debian's archive, busybox, /init).
+scripts/build-guest.sh build/guest
+echo "setup: built build/sbx, build/sbx-agent and build/guest"

@@ -552,7 +552,9 @@ def driver_problem(sbx: Sbx, name: str) -> str | None:
             problem = (f"driver {name!r} is not part of this sbx build "
                        f"({sel.get('error', '')}; {sel.get('hint', '')})")
         else:
-            bad = [c for c in entry.get("checks", []) + rep.get("host", []) if not c.get("ok")]
+            # An advisory check (a slow path, such as TCG for micro-VMs) costs speed, not function.
+            bad = [c for c in entry.get("checks", []) + rep.get("host", [])
+                   if not c.get("ok") and not c.get("advisory")]
             if bad or not entry.get("ok"):
                 problem = f"driver {name} cannot run on this host: " + "; ".join(
                     f"{c.get('name')}: {c.get('detail')} (fix: {c.get('remedy')})" for c in bad)

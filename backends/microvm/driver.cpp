@@ -1,0 +1,325 @@
+#include "backends/microvm/driver.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+#include <thread>
+
+#include "backends/common/cgroup.hpp"
+#include "backends/common/process.hpp"
+#include "backends/microvm/guest.hpp"
+#include "backends/microvm/host.hpp"
+#include "backends/microvm/vmm.hpp"
+#include "core/agent_binary.hpp"
+#include "core/agent_client.hpp"
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+
+namespace sbx::microvm {
+
+namespace {
+
+constexpr int kStartTimeoutMs = 30'000;
+// An agent that does not answer a ping within this long is a hung VM.
+constexpr int kHeartbeatMs = 5'000;
+// What QEMU itself needs beside the guest's RAM (device state, the 64 MiB TCG
+// translation cache, the relay); the VM's cgroup cap is the guest's RAM plus this.
+constexpr uint64_t kVmmOverheadMb = 256;
+// The host-side task cap of one VM: QEMU's vCPU, I/O and RCU threads. The
+// sandbox's own --pids is enforced inside the guest (scripts/guest-init.sh).
+constexpr uint64_t kVmmTasks = 128;
+// The guest's RAM is the sandbox's --memory (enforced by a cgroup inside the
+// guest, scripts/guest-init.sh) plus room for the guest kernel and initramfs,
+// and never less than a guest needs to come up.
+constexpr uint64_t kGuestKernelMb = 96;
+constexpr uint64_t kMinGuestMb = 192;
+
+std::string str(const SandboxRecord& rec, const char* key, const std::string& dflt) {
+  auto it = rec.driver_data.find(key);
+  return it != rec.driver_data.end() && it->is_string() ? it->get<std::string>() : dflt;
+}
+
+std::string tail(const std::string& path, size_t max = 1200) {
+  auto text = read_file_if_exists(path).value_or("");
+  if (text.size() > max) text = "..." + text.substr(text.size() - max);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.empty() ? "(empty)" : text;
+}
+
+// The VM monitor outlives this sbx process (the sandbox persists between CLI
+// calls): forked twice so it is nobody's child here and never a zombie of a
+// long-running sbx serve, joined to the sandbox's cgroup before it runs.
+pid_t launch_detached(const std::vector<std::string>& argv, const std::string& log, const cgroup::Group& group) {
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int go[2], report[2];
+  if (::pipe2(go, O_CLOEXEC) != 0 || ::pipe2(report, O_CLOEXEC) != 0) throw sys_error("pipe", errno);
+  Fd go_r(go[0]), go_w(go[1]), rep_r(report[0]), rep_w(report[1]);
+  Fd logfd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!logfd || !devnull) throw sys_error("cannot open " + log, errno);
+  pid_t mid = ::fork();
+  if (mid < 0) throw sys_error("cannot fork", errno);
+  if (mid == 0) {
+    ::setsid();
+    pid_t pid = ::fork();
+    if (pid != 0) {
+      ssize_t n = ::write(rep_w.get(), &pid, sizeof pid);
+      ::_exit(n == sizeof pid && pid > 0 ? 0 : 1);
+    }
+    char c;
+    if (::read(go_r.get(), &c, 1) != 1) ::_exit(127);  // the parent put us in the cgroup (or gave up)
+    if (::dup2(devnull.get(), 0) < 0 || ::dup2(logfd.get(), 1) < 0 || ::dup2(logfd.get(), 2) < 0) ::_exit(127);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  rep_w.reset();
+  go_r.reset();
+  pid_t pid = -1;
+  bool got = read_exact(rep_r.get(), &pid, sizeof pid);
+  int st;
+  while (::waitpid(mid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (!got || pid <= 0) throw Error(Errc::io, "could not start the VM monitor");
+  try {
+    group.add(pid);
+  } catch (...) {
+    ::kill(pid, SIGKILL);
+    throw;
+  }
+  write_all(go_w.get(), "G");
+  return pid;
+}
+
+class MicrovmDriver : public Driver {
+ public:
+  explicit MicrovmDriver(const Config& cfg) : cfg_(cfg) {}
+
+  std::optional<std::string> start_note(const SandboxSpec& /*spec*/) override {
+    Accel a = choose_accel();
+    if (a.kvm) return std::nullopt;
+    return "booting a micro-VM under TCG emulation (" + a.why + "): a few seconds; TCG is not a security boundary";
+  }
+
+  void start(SandboxRecord& rec, const std::string& dir) override {
+    const auto& spec = rec.spec;
+    check_spec(spec);
+    Accel accel = choose_accel();
+    auto vmm = choose_vmm(accel);
+    std::string guest = find_guest_dir();
+    VmPlan plan;
+    plan.dir = dir + "/vm";
+    plan.kernel = guest + "/" + vmm->kernel_file();
+    if (!path_exists(plan.kernel))
+      throw Error(Errc::not_found, "the guest image has no " + vmm->kernel_file() + " for " + vmm->name())
+          .set_hint("rebuild it with scripts/build-guest.sh (apt-get install lz4 first for cloud-hypervisor's vmlinux)");
+    rec.driver_data["vmm"] = vmm->name();
+    rec.driver_data["accel"] = accel.kvm ? "kvm" : "tcg";
+    rec.driver_data["cgroup_scope"] = scope();
+    make_dirs(plan.dir, 0700);
+    std::string agent = find_agent_binary();
+    plan.initrd = with_context("preparing the guest's initrd",
+                               [&] { return prepare_initrd(guest, agent, cfg_.state_dir + "/microvm"); });
+    plan.disk = dir + "/layer.img";
+    with_context("making the writable layer", [&] { make_layer_disk(plan.disk, spec.limits.disk_mb); });
+    plan.console_log = dir + "/console.log";
+    plan.kvm = accel.kvm;
+    plan.memory_mb = std::max(spec.limits.memory_mb + kGuestKernelMb, kMinGuestMb);
+    plan.vcpus = static_cast<unsigned>(std::max(1.0, std::ceil(spec.limits.cpus)));
+    plan.cmdline_args = "sbx.workdir=" + spec.workdir + " sbx.pids=" + std::to_string(spec.limits.pids) +
+                        " sbx.memory=" + std::to_string(spec.limits.memory_mb << 20);
+    if (!vmm->relayed()) plan.cmdline_args += " sbx.vsock=" + std::to_string(kAgentVsockPort);
+    if (rec.uid_base) plan.runas = std::to_string(rec.uid_base) + ":" + std::to_string(rec.uid_base);
+    if (vmm->name() != "qemu") plan.runas.clear();  // -runas is QEMU's
+
+    Limits host = spec.limits;
+    host.memory_mb = plan.memory_mb + kVmmOverheadMb;
+    host.pids = kVmmTasks;
+    auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, host); });
+    std::vector<std::string> argv = {agent, "--vm-monitor", plan.dir};
+    if (vmm->relayed()) argv.push_back("--relay");
+    argv.push_back("--");
+    for (auto& a : vmm->command_line(plan)) argv.push_back(a);
+    std::string log = dir + "/vm.log";
+    pid_t pid = launch_detached(argv, log, group);
+    rec.agent_pid = pid;
+    rec.agent_start = proc::start_time(pid);
+
+    // Ready to be connected to: the relay's socket (QEMU), or the VM booted through the API.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStartTimeoutMs);
+    std::string ready = vmm->relayed() ? plan.dir + "/agent.sock" : vmm->api_socket(plan);
+    for (int us = 500; !path_exists(ready); us = std::min(us * 2, 20'000)) {
+      if (!process_alive(rec))
+        throw Error(Errc::unavailable, vmm->name() + " exited while starting: " + tail(log) + "; console: " + tail(plan.console_log));
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(Errc::timeout, vmm->name() + " did not come up within 30 s: " + tail(log));
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+    }
+    for (auto& r : vmm->boot_requests(plan))
+      with_context("configuring the VM through " + vmm->name() + "'s API",
+                   [&] { send_api_request(vmm->api_socket(plan), r, 20'000); });
+  }
+
+  Fd connect(const SandboxRecord& rec, const std::string& dir) override {
+    return vmm_of(rec)->connect(dir + "/vm");
+  }
+
+  bool alive(const SandboxRecord& rec) override {
+    if (!process_alive(rec)) return false;
+    // While it boots (create is still waiting for it) a running process is all there is to see.
+    if (rec.state != SandboxState::running) return true;
+    // Heartbeat: a guest whose kernel hangs keeps QEMU running but never answers.
+    try {
+      AgentClient agent(connect(rec, sandbox_dir(rec.id)));
+      agent.ping(kHeartbeatMs);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+
+  void destroy(const SandboxRecord& rec, const std::string& dir) override {
+    if (!valid_sandbox_id(rec.id)) return;
+    // The monitor's death takes the VMM with it (PR_SET_PDEATHSIG); killing
+    // the cgroup makes sure of everything else it held.
+    if (process_alive(rec)) ::kill(rec.agent_pid, SIGKILL);
+    std::string scope = str(rec, "cgroup_scope", this->scope());
+    cgroup::Group::open(scope, rec.id).destroy();
+    for (auto& pid : monitors_of(rec.id)) ::kill(pid, SIGKILL);
+    cgroup::remove_scope_if_empty(scope);
+    (void)dir;  // the disk, sockets and logs go with the sandbox's directory
+  }
+
+  // No oom_kills(): the guest kernel's OOM killer is the one that acts (the
+  // sandbox's cgroup inside the guest), and the guest agent reports an OOM
+  // kill in the exit frame itself (agent --serial/--vsock: report_oom), so no
+  // extra round trip into the VM is paid on every exec.
+
+  std::vector<std::string> orphans(const std::set<std::string>& live_ids) override {
+    // Cgroups of this scope are the subprocess driver's to report (same
+    // scope, same names); here: VM monitors whose sandbox is gone.
+    std::vector<std::string> out;
+    for (auto& [pid, id] : all_monitors())
+      if (!live_ids.count(id)) out.push_back("vm monitor " + std::to_string(pid) + " of " + id);
+    return out;
+  }
+
+  void reap_orphan(const std::string& what) override {
+    if (what.rfind("vm monitor ", 0) != 0) return;
+    pid_t pid = static_cast<pid_t>(std::strtol(what.c_str() + 11, nullptr, 10));
+    for (auto& [p, id] : all_monitors())
+      if (p == pid) ::kill(pid, SIGKILL);
+  }
+
+ private:
+  std::string scope() const { return cgroup::scope_for(cfg_.state_dir); }
+  std::string sandbox_dir(const std::string& id) const { return cfg_.state_dir + "/sandboxes/" + id; }
+
+  static bool process_alive(const SandboxRecord& rec) {
+    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
+  }
+
+  static void check_spec(const SandboxSpec& spec) {
+    // The seam for --network jail: once the network jail can make a tap device
+    // in the sandbox's network namespace (with its filter rules), start() sets
+    // VmPlan::tap to it and the VMM gives the guest that NIC (vmm.cpp).
+    if (spec.network != "none")
+      throw Error(Errc::unavailable, "network mode '" + spec.network + "' is not available for micro-VMs yet")
+          .set_hint("use --network none (the guest then has no network device at all)");
+    if (!spec.image.empty())
+      throw Error(Errc::unavailable, "--image is not supported by the microvm driver yet: the guest boots its own root")
+          .set_hint("drop --image (the guest has busybox), or use the subprocess or runsc driver");
+    for (char c : spec.workdir)
+      if (c <= ' ' || c == 0x7f)
+        throw Error(Errc::invalid_argument, "a micro-VM's workdir cannot contain spaces or control characters")
+            .set_hint("choose a workdir such as /work");
+  }
+
+  std::unique_ptr<Vmm> vmm_of(const SandboxRecord& rec) const {
+    if (str(rec, "vmm", "qemu") == "cloud-hypervisor") return make_cloud_hypervisor(find_program("cloud-hypervisor", "SBX_CLOUD_HYPERVISOR"));
+    return make_qemu(find_program("qemu-system-x86_64", "SBX_QEMU"));
+  }
+
+  // Monitors of this state root: their argv names the sandbox's VM directory.
+  std::vector<std::pair<pid_t, std::string>> all_monitors() const {
+    std::vector<std::pair<pid_t, std::string>> out;
+    std::string prefix = cfg_.state_dir + "/sandboxes/";
+    DIR* d = ::opendir("/proc");
+    if (!d) return out;
+    while (auto* e = ::readdir(d)) {
+      char* end;
+      long pid = std::strtol(e->d_name, &end, 10);
+      if (*end || pid <= 1) continue;
+      auto cmd = read_file_if_exists("/proc/" + std::string(e->d_name) + "/cmdline");
+      if (!cmd) continue;
+      std::vector<std::string> args;
+      std::istringstream in(*cmd);
+      for (std::string a; std::getline(in, a, '\0');) args.push_back(a);
+      if (args.size() < 3 || args[1] != "--vm-monitor" || args[2].rfind(prefix, 0) != 0) continue;
+      std::string id = args[2].substr(prefix.size());
+      id = id.substr(0, id.find('/'));
+      if (valid_sandbox_id(id)) out.emplace_back(static_cast<pid_t>(pid), id);
+    }
+    ::closedir(d);
+    return out;
+  }
+
+  std::vector<pid_t> monitors_of(const std::string& id) const {
+    std::vector<pid_t> out;
+    for (auto& [pid, owner] : all_monitors())
+      if (owner == id) out.push_back(pid);
+    return out;
+  }
+
+  Config cfg_;
+};
+
+}  // namespace
+
+std::vector<Probe> probe(const Config& cfg, bool deep) {
+  std::vector<Probe> out;
+  bool root = ::geteuid() == 0;
+  out.push_back({root, "running as root", root ? "uid 0" : "uid " + std::to_string(::geteuid()),
+                 "run sbx as root (micro-VMs get cgroups and their own host uid)"});
+  Accel accel = choose_accel();
+  std::unique_ptr<Vmm> vmm;
+  try {
+    vmm = choose_vmm(accel);
+  } catch (const Error& e) {
+    out.push_back({false, "VMM", e.message(), e.hint()});
+    return out;
+  }
+  bool ok = false;
+  std::string ver = program_version(vmm->binary(), &ok);
+  out.push_back({ok, "VMM " + vmm->name(), vmm->binary() + ": " + ver, "reinstall it (apt-get install --reinstall qemu-system-x86)"});
+  out.push_back({accel.kvm, "acceleration", accel.kvm ? "KVM: " + accel.why
+                                                       : "TCG (software emulation; not a security boundary, and slow): " + accel.why,
+                 "run on a host with usable KVM for isolation and speed", true});
+  std::string guest;
+  try {
+    guest = find_guest_dir();
+    out.push_back({true, "guest image", guest + " (built " + guest_build_date(guest) + ", kernel " +
+                                            tail(guest + "/kernel-version", 80) + ")", ""});
+  } catch (const Error& e) {
+    out.push_back({false, "guest image", e.message(), e.hint()});
+  }
+  std::string why;
+  auto ctrls = cgroup::detect(&why);
+  bool all = ctrls.size() == 3;
+  out.push_back({all, "cgroups (memory, pids, cpu)", all ? "found" : why, "mount the memory, pids and cpu cgroup controllers"});
+  if (deep && ok && !guest.empty() && root && all) out.push_back(smoke_boot(cfg, [&](const Config& c) { return make(c); }));
+  return out;
+}
+
+std::unique_ptr<Driver> make(const Config& cfg) { return std::make_unique<MicrovmDriver>(cfg); }
+
+}  // namespace sbx::microvm

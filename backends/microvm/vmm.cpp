@@ -1,0 +1,202 @@
+#include "backends/microvm/vmm.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/common/process.hpp"
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+#include "core/unix_socket.hpp"
+
+namespace sbx::microvm {
+
+namespace {
+
+using nlohmann::json;
+
+// Reads one "\n"-terminated line a byte at a time, so nothing after it is consumed.
+std::string read_line(int fd, int timeout_ms) {
+  std::string line;
+  while (line.size() < 4096) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) throw Error(Errc::timeout, "no answer within " + std::to_string(timeout_ms) + " ms");
+    char c;
+    ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (c == '\n') return line;
+    line += c;
+  }
+  throw Error(Errc::protocol, "the connection ended before a full line: '" + line + "'");
+}
+
+class Qemu : public Vmm {
+ public:
+  explicit Qemu(std::string bin) : bin_(std::move(bin)) {}
+  std::string name() const override { return "qemu"; }
+  std::string binary() const override { return bin_; }
+  std::string kernel_file() const override { return "vmlinuz"; }
+  bool relayed() const override { return true; }
+  std::vector<ApiRequest> boot_requests(const VmPlan&) const override { return {}; }
+
+  std::vector<std::string> command_line(const VmPlan& p) const override {
+    std::vector<std::string> a = {
+        bin_,
+        // microvm: no PCI, no firmware option ROMs; the ISA serial port is the console.
+        "-M", "microvm,x-option-roms=off,isa-serial=on,rtc=on",
+        // TCG: a 64 MiB translation cache instead of QEMU's default 1 GiB keeps an idle VM small.
+        "-accel", p.kvm ? "kvm" : "tcg,tb-size=64",
+        "-cpu", p.kvm ? "host" : "max",
+        "-m", std::to_string(p.memory_mb),
+        "-smp", std::to_string(p.vcpus),
+        "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+        "-kernel", p.kernel, "-initrd", p.initrd,
+        "-append", base_cmdline(p),
+        "-serial", "file:" + p.console_log,
+        // The writable layer, then the agent's port (the guest finds it by name).
+        "-drive", "id=layer,file=" + p.disk + ",format=raw,if=none,cache=unsafe",
+        "-device", "virtio-blk-device,drive=layer",
+        "-device", "virtio-serial-device",
+        // QEMU is the client: the VM monitor listens and relays (see agent/vm_monitor.hpp).
+        "-chardev", "socket,id=agent,path=" + p.dir + "/serial.sock",
+        "-device", "virtserialport,chardev=agent,name=agent",
+    };
+    if (!p.tap.empty())
+      a.insert(a.end(), {"-netdev", "tap,id=net,ifname=" + p.tap + ",script=no,downscript=no",
+                         "-device", "virtio-net-device,netdev=net"});
+    // QEMU's own seccomp filter: no exec, no obsolete calls, no scheduler or
+    // resource changes. With -runas, QEMU must still call setuid once after
+    // the filter is in (it kills itself with SIGSYS otherwise), and once it is
+    // unprivileged it cannot regain root anyway; without, no set*id at all.
+    a.push_back("-sandbox");
+    a.push_back(p.runas.empty() ? "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+                                : "on,obsolete=deny,spawn=deny,resourcecontrol=deny");
+    if (!p.runas.empty()) {
+      a.push_back("-runas");
+      a.push_back(p.runas);
+    }
+    return a;
+  }
+
+  Fd connect(const std::string& vm_dir) const override {
+    return connect_unix(vm_dir + "/agent.sock", "the micro-VM's relay");
+  }
+
+ private:
+  std::string bin_;
+};
+
+class CloudHypervisor : public Vmm {
+ public:
+  explicit CloudHypervisor(std::string bin) : bin_(std::move(bin)) {}
+  std::string name() const override { return "cloud-hypervisor"; }
+  std::string binary() const override { return bin_; }
+  std::string kernel_file() const override { return "vmlinux"; }
+  bool relayed() const override { return false; }
+
+  std::vector<std::string> command_line(const VmPlan& p) const override {
+    // Only the API socket here: the VM itself is described by vm.create.
+    return {bin_, "--api-socket", "path=" + api_socket(p)};
+  }
+
+  std::vector<ApiRequest> boot_requests(const VmPlan& p) const override {
+    json cfg = {
+        {"cpus", {{"boot_vcpus", p.vcpus}, {"max_vcpus", p.vcpus}}},
+        {"memory", {{"size", p.memory_mb << 20}}},
+        {"payload", {{"kernel", p.kernel}, {"initramfs", p.initrd}, {"cmdline", base_cmdline(p)}}},
+        {"disks", json::array({{{"path", p.disk}}})},
+        {"vsock", {{"cid", 3}, {"socket", p.dir + "/vsock.sock"}}},
+        {"serial", {{"mode", "File"}, {"file", p.console_log}}},
+        {"console", {{"mode", "Off"}}},
+    };
+    if (!p.tap.empty()) cfg["net"] = json::array({{{"tap", p.tap}}});
+    return {{"PUT", "/api/v1/vm.create", cfg.dump()}, {"PUT", "/api/v1/vm.boot", ""}};
+  }
+
+  Fd connect(const std::string& vm_dir) const override {
+    // cloud-hypervisor's vsock device on the host is a unix socket: one
+    // connection per stream, opened with "CONNECT <port>" and answered "OK <n>".
+    Fd s = connect_unix(vm_dir + "/vsock.sock", "the micro-VM's vsock socket");
+    write_all(s.get(), "CONNECT " + std::to_string(kAgentVsockPort) + "\n");
+    std::string line = with_context("connecting to the guest agent over vsock", [&] { return read_line(s.get(), 5000); });
+    if (line.rfind("OK ", 0) != 0)
+      throw Error(Errc::unavailable, "the guest's vsock port " + std::to_string(kAgentVsockPort) + " refused: " + line);
+    return s;
+  }
+
+ private:
+  std::string bin_;
+};
+
+}  // namespace
+
+std::string base_cmdline(const VmPlan& p) {
+  // tsc_early_khz: without it the guest's timer calibration under TCG hangs
+  // most boots; panic=-1 with -no-reboot: a guest whose init (the agent) dies stops.
+  std::string c = "console=ttyS0 quiet panic=-1";
+  if (!p.kvm) c += " tsc_early_khz=2445000";
+  if (!p.cmdline_args.empty()) c += " " + p.cmdline_args;
+  return c;
+}
+
+std::string http_bytes(const ApiRequest& r) {
+  std::string s = r.method + " " + r.path + " HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n";
+  if (!r.body.empty()) s += "Content-Type: application/json\r\n";
+  s += "Content-Length: " + std::to_string(r.body.size()) + "\r\nConnection: close\r\n\r\n" + r.body;
+  return s;
+}
+
+void send_api_request(const std::string& socket_path, const ApiRequest& r, int timeout_ms) {
+  Fd s = connect_unix(socket_path, "the VMM's API socket");
+  write_all(s.get(), http_bytes(r));
+  std::string status = read_line(s.get(), timeout_ms);
+  // "HTTP/1.1 204 No Content"
+  auto sp = status.find(' ');
+  int code = sp == std::string::npos ? 0 : std::atoi(status.c_str() + sp + 1);
+  if (code < 200 || code > 299) {
+    std::string rest;
+    char buf[2048];
+    pollfd p{s.get(), POLLIN, 0};
+    if (::poll(&p, 1, 500) > 0) {
+      ssize_t n = ::read(s.get(), buf, sizeof buf);
+      if (n > 0) rest.assign(buf, static_cast<size_t>(n));
+    }
+    throw Error(Errc::io, r.method + " " + r.path + " failed: " + status + (rest.empty() ? "" : " " + rest.substr(0, 800)));
+  }
+}
+
+std::unique_ptr<Vmm> make_qemu(const std::string& binary) { return std::make_unique<Qemu>(binary); }
+std::unique_ptr<Vmm> make_cloud_hypervisor(const std::string& binary) { return std::make_unique<CloudHypervisor>(binary); }
+
+std::string find_program(const std::string& name, const char* override_env) {
+  if (const char* o = std::getenv(override_env); o && *o) return ::access(o, X_OK) == 0 ? o : "";
+  const char* path = std::getenv("PATH");
+  std::istringstream in(path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string d; std::getline(in, d, ':');)
+    if (!d.empty() && ::access((d + "/" + name).c_str(), X_OK) == 0) return d + "/" + name;
+  for (const char* d : {"/usr/local/bin", "/usr/bin", "/usr/sbin"})
+    if (::access((std::string(d) + "/" + name).c_str(), X_OK) == 0) return std::string(d) + "/" + name;
+  return "";
+}
+
+std::string program_version(const std::string& binary, bool* ok) {
+  try {
+    proc::RunOptions o;
+    o.timeout_ms = 10'000;
+    auto r = proc::run({binary, "--version"}, o);
+    *ok = r.status == 0;
+    std::string line = r.output.substr(0, r.output.find('\n'));
+    return line.empty() ? "exit " + std::to_string(r.status) : line;
+  } catch (const Error& e) {
+    *ok = false;
+    return e.what();
+  }
+}
+
+}  // namespace sbx::microvm

@@ -1,0 +1,82 @@
+// The virtual machine monitors the microvm driver can run a guest with. One
+// class per VMM: its command line, the requests on its API socket that
+// configure and boot the VM, and how the host opens a stream to the guest's
+// agent. Adding Firecracker is one more class here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/fd.hpp"
+
+namespace sbx::microvm {
+
+/// Everything one VM is made of, decided by the driver.
+struct VmPlan {
+  std::string dir;          ///< the VM's runtime directory (sockets, logs)
+  std::string kernel;       ///< vmlinuz for QEMU, the ELF vmlinux for cloud-hypervisor
+  std::string initrd;       ///< the agent's cpio followed by the base initramfs
+  std::string disk;         ///< the sandbox's writable layer (raw ext4 image)
+  std::string console_log;  ///< where the guest's serial console goes
+  unsigned vcpus = 1;
+  uint64_t memory_mb = 256;
+  bool kvm = false;          ///< hardware virtualization; else TCG (QEMU only)
+  std::string cmdline_args;  ///< extra guest kernel arguments (sbx.workdir=... sbx.pids=...)
+  std::string runas;         ///< uid:gid QEMU drops to after opening its files ("" = stay)
+  /// The network seam for --network jail: a tap device the network jail
+  /// (backends/common/netjail) made in the sandbox's network namespace, given
+  /// to the guest as its one NIC. "" (--network none): the guest has no NIC.
+  std::string tap;
+};
+
+/// One HTTP request on a VMM's API socket.
+struct ApiRequest {
+  std::string method;  ///< PUT
+  std::string path;    ///< /api/v1/vm.create
+  std::string body;    ///< JSON, may be empty
+};
+
+/// The bytes of an HTTP/1.1 request on a unix socket.
+std::string http_bytes(const ApiRequest& r);
+/// Sends a request on the unix socket at `socket_path` and checks for a 2xx answer.
+void send_api_request(const std::string& socket_path, const ApiRequest& r, int timeout_ms);
+
+/// The vsock port the guest agent listens on under cloud-hypervisor.
+inline constexpr uint32_t kAgentVsockPort = 1024;
+/// The guest kernel arguments every VMM shares (the console, the timer fix under TCG).
+std::string base_cmdline(const VmPlan& plan);
+
+class Vmm {
+ public:
+  virtual ~Vmm() = default;
+  /// "qemu" or "cloud-hypervisor", as recorded and shown by doctor.
+  virtual std::string name() const = 0;
+  /// The VMM binary.
+  virtual std::string binary() const = 0;
+  /// Which kernel file of the guest image it boots ("vmlinuz" or "vmlinux").
+  virtual std::string kernel_file() const = 0;
+  /// argv of the VMM process.
+  virtual std::vector<std::string> command_line(const VmPlan& plan) const = 0;
+  /// Requests on its API socket that configure and boot the VM (empty: the command line does it all).
+  virtual std::vector<ApiRequest> boot_requests(const VmPlan& plan) const = 0;
+  /// Where those requests go.
+  virtual std::string api_socket(const VmPlan& plan) const { return plan.dir + "/api.sock"; }
+  /// Whether the guest channel is one byte stream the VM monitor relays for many clients.
+  virtual bool relayed() const = 0;
+  /// A new stream to the guest's agent (VM dir as in VmPlan::dir).
+  virtual Fd connect(const std::string& vm_dir) const = 0;
+};
+
+/// QEMU with the microvm machine type: virtio-mmio devices, a virtio-serial port for the agent.
+std::unique_ptr<Vmm> make_qemu(const std::string& binary);
+/// cloud-hypervisor: configured and booted through its API socket, the agent reached over vsock.
+std::unique_ptr<Vmm> make_cloud_hypervisor(const std::string& binary);
+
+/// The first executable named `name` on PATH (or `override` when set), or "".
+std::string find_program(const std::string& name, const char* override_env);
+/// First line of `binary --version`, or the reason it could not be read.
+std::string program_version(const std::string& binary, bool* ok);
+
+}  // namespace sbx::microvm
