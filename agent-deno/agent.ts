@@ -252,6 +252,7 @@ class Exec {
     const cwd = cleanPath(String(this.req.cwd || args.workdir));
     const timeout = Number(this.req.timeout_ms ?? 0);
     if (timeout > 0) this.timer = setTimeout(() => this.kill(9, true), timeout);
+    if (store.get(cwd)?.type !== "dir") return this.end(126, 0, `cannot enter working directory ${cwd}: No such file or directory`);
     const plan = planExec(argv, cwd, store, args["other-drivers"]!);
     if ("error" in plan) return this.end(plan.status, 0, plan.error);
     this.plan = plan;
