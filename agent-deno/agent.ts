@@ -5,7 +5,7 @@
 //
 // Usage: deno run ... agent.ts --socket PATH --store PATH --pyodide DIR
 //        [--snapshot FILE] [--workdir /work] [--other-drivers "subprocess, runsc"]
-//        [--max-output BYTES]
+//        [--max-output BYTES] [--memory-mb N]
 import { parseArgs } from "node:util";
 import { Decoder, encode, encodeError, encodeJson, type Frame, chunks, parseJson, ProtoError, T, VERSION } from "./protocol.ts";
 import { cleanPath, type Entry, Store } from "./store.ts";
@@ -22,6 +22,7 @@ const { values: args } = parseArgs({
     workdir: { type: "string", default: "/work" },
     "other-drivers": { type: "string", default: "subprocess, runsc" },
     "max-output": { type: "string", default: String(64 << 20) },
+    "memory-mb": { type: "string", default: "512" },
   },
 });
 if (!args.socket || !args.store || !args.pyodide) {
@@ -34,13 +35,33 @@ const store = new Store(args.store);
 store.ensureDir(cleanPath(args.workdir!));
 store.ensureDir("/tmp");
 const maxOutput = Number(args["max-output"]);
-let snapshot: Uint8Array | null = null;
+let snapshot = args.snapshot!;
 try {
-  if (args.snapshot) snapshot = Deno.readFileSync(args.snapshot);
+  if (snapshot) Deno.statSync(snapshot);
 } catch {
-  console.error(`sbx-agent-deno: no Pyodide snapshot at ${args.snapshot}; Python starts slowly`);
+  console.error(`sbx-agent-deno: no Pyodide snapshot at ${snapshot}; Python starts slowly`);
+  snapshot = "";
 }
-const pyPool = new PyPool(args.pyodide!, snapshot, store);
+// Interpreters that fit the memory cap beside the agent (~150 MiB each).
+const maxPython = Math.max(1, Math.min(4, Math.floor((Number(args["memory-mb"]) - 200) / 150)));
+const pyPool = new PyPool(args.pyodide!, snapshot, store, maxPython, () => restartProcess());
+const conns = new Set<Conn>();
+let restarting = false;
+
+/// This Deno cannot stop a Worker stuck in a loop (terminate() leaves its
+/// thread spinning and its memory held), so the agent hands its process back
+/// to the supervisor (backends/deno/driver.cpp) for a fresh one once the
+/// answers already queued are out. Other execs running here end with it.
+export const RESTART_STATUS = 75;
+function restartProcess() {
+  if (restarting) return;
+  restarting = true;
+  console.error("sbx-agent-deno: a Worker did not stop; restarting the agent process");
+  listener.close(); // new hosts wait for the next process (the driver's connect retries)
+  const deadline = Date.now() + 2000;
+  const wait = () => ([...conns].some((c) => c.pending()) && Date.now() < deadline ? setTimeout(wait, 10) : Deno.exit(RESTART_STATUS));
+  setTimeout(wait, 10);
+}
 let running = 0;
 
 // ---- one host connection ---------------------------------------------------
@@ -53,7 +74,14 @@ class Conn {
   execs = new Map<number, Exec>();
   dead = false;
 
-  constructor(private conn: Deno.Conn) {}
+  constructor(private conn: Deno.Conn) {
+    conns.add(this);
+  }
+
+  /// Whether frames are still waiting to be written.
+  pending(): boolean {
+    return this.writing || this.queue.length > 0;
+  }
 
   send(frame: Uint8Array) {
     if (this.dead) return;
@@ -94,6 +122,7 @@ class Conn {
   close() {
     if (this.dead) return;
     this.dead = true;
+    conns.delete(this);
     // A host that vanished mid-exec cannot read the result: stop its commands.
     for (const e of this.execs.values()) e.kill(9, false);
     try {
@@ -359,15 +388,29 @@ async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, i
     deno: { permissions: "none" } as any,
   });
   let killed = false;
-  io.setKiller(() => {
+  let answer = (_status: number) => {};
+  io.setKiller((sig) => {
     killed = true;
-    w.terminate();
+    answer(128 + sig);
+    // A Worker that still answers messages is in its event loop and stops;
+    // one that does not is stuck in a loop, which only a new process ends.
+    const stuck = setTimeout(() => {
+      w.terminate();
+      restartProcess();
+    }, 300);
+    w.onmessage = (e) => {
+      if (e.data?.op !== "alive") return;
+      clearTimeout(stuck);
+      w.terminate();
+    };
+    w.postMessage({ op: "alive?" });
   });
   // JavaScript reads its stdin whole (it is not blocking like Python's).
   const stdin = plan.needsStdin ? await io.allStdin() : new Uint8Array();
   if (killed) return 137;
   const gen = store.generation;
   return await new Promise<number>((resolve) => {
+    answer = resolve;
     w.onmessage = (e) => {
       const m = e.data;
       if (m.op === "out") io.out(m.fd, m.data);

@@ -257,6 +257,7 @@ self.addEventListener("error", (e) => {
 });
 
 self.onmessage = async (e: MessageEvent) => {
+  if (e.data?.op === "alive?") return self.postMessage({ op: "alive" });
   const m = e.data as Run;
   for (const en of m.tree) files.set(en.path, en);
   original = new Map(files);

@@ -1,13 +1,14 @@
 // Pyodide interpreters, each in its own Worker: one is kept loaded (so a warm
-// exec only runs code); concurrent execs get extra ones, which are dropped
-// after a while idle. A killed or timed-out exec takes its interpreter down
-// with it and a fresh one is loaded (fast from the memory snapshot).
+// exec only runs code); concurrent execs get extra ones (as many as the memory
+// cap allows), which are dropped after a while idle. A killed or timed-out
+// exec is interrupted (KeyboardInterrupt); an interpreter that does not stop
+// within a grace period costs the agent its process (see restartProcess).
 import type { ExecPlan } from "./commands.ts";
 import type { Store } from "./store.ts";
 import type { RunIO } from "./agent.ts";
 
-const MAX_WORKERS = 4;
 const IDLE_MS = 30_000;
+const GRACE_MS = 1000;
 const STDIN_BUF = 64 * 1024;
 
 interface PyWorker {
@@ -25,7 +26,8 @@ export class PyPool {
   private workers: PyWorker[] = [];
   private waiting: (() => void)[] = [];
 
-  constructor(private indexURL: string, private snapshot: Uint8Array | null, private store: Store) {}
+  constructor(private indexURL: string, private snapshot: string, private store: Store, private max: number,
+              private restart: () => void) {}
 
   /// Loads the first interpreter in the background.
   warm() {
@@ -38,16 +40,17 @@ export class PyPool {
       name: "sbx-python",
       // Reads only Pyodide's own files; nothing else at all.
       // deno-lint-ignore no-explicit-any
-      deno: { permissions: { read: [this.indexURL], write: false, net: false, env: false, run: false, ffi: false, sys: false, import: false } } as any,
+      deno: { permissions: { read: this.snapshot ? [this.indexURL, this.snapshot] : [this.indexURL], write: false, net: false, env: false, run: false, ffi: false, sys: false, import: false } } as any,
     });
-    const sab = new SharedArrayBuffer(8 + STDIN_BUF);
+    // ctl[0] stdin state, ctl[1] bytes waiting, ctl[2] Pyodide's interrupt flag; data from byte 16.
+    const sab = new SharedArrayBuffer(16 + STDIN_BUF);
     const pw: PyWorker = {
       w,
       ready: Promise.resolve(),
       busy: false,
       gen: 0,
-      ctl: new Int32Array(sab, 0, 2),
-      data: new Uint8Array(sab, 8),
+      ctl: new Int32Array(sab, 0, 3),
+      data: new Uint8Array(sab, 16),
       idleTimer: 0,
       onMessage: () => {},
     };
@@ -82,7 +85,7 @@ export class PyPool {
         clearTimeout(idle.idleTimer);
         return idle;
       }
-      if (this.workers.length < MAX_WORKERS) {
+      if (this.workers.length < this.max) {
         const pw = this.spawn();
         pw.busy = true;
         return pw;
@@ -101,21 +104,34 @@ export class PyPool {
   async run(plan: ExecPlan, env: Record<string, string>, cwd: string, io: RunIO): Promise<number> {
     const pw = await this.acquire();
     let killed = false;
+    let running = false;
     let finish = (_status: number) => {};
     io.setKiller((sig) => {
       killed = true;
       finish(128 + sig);
-      this.drop(pw);
-      this.warm();
-      this.waiting.shift()?.();
+      Atomics.store(pw.ctl, 2, 2);
+      Atomics.notify(pw.ctl, 0);
+      // Interrupted code that swallows KeyboardInterrupt keeps running; so does
+      // a Worker still loading. Neither can be stopped short of a new process.
+      const stuck = setTimeout(() => this.restart(), GRACE_MS);
+      pw.onMessage = (m) => {
+        if (m.op !== "done") return;
+        clearTimeout(stuck);
+        pw.gen = 0; // its files hold the killed exec's writes, which the store never got
+        this.release(pw);
+      };
+      if (!running) clearTimeout(stuck); // killed before its code started: nothing to stop
     });
     try {
       await pw.ready;
     } catch (err) {
-      if (!killed) this.release(pw);
+      this.release(pw);
       throw err;
     }
-    if (killed) return 137;
+    if (killed) {
+      this.release(pw);
+      return 137;
+    }
     // stdin: the Worker blocks on the shared buffer until bytes or EOF arrive.
     const queue: Uint8Array[] = [];
     let eof = false;
@@ -167,6 +183,7 @@ export class PyPool {
         else eof = true;
         feed();
       });
+      running = true;
       pw.w.postMessage({
         op: "run",
         code: plan.code,

@@ -9,7 +9,8 @@ import childProcess from "node:child_process";
 interface Init {
   op: "init";
   indexURL: string;
-  snapshot: Uint8Array | null;
+  snapshot: string; // file of the memory snapshot, or ""
+
   stdin: SharedArrayBuffer;
 }
 interface Run {
@@ -39,7 +40,7 @@ function post(msg: unknown, transfer: Transferable[] = []) {
 function readStdin(buf: Uint8Array): number {
   for (;;) {
     const state = Atomics.load(stdinCtl, 0);
-    if (state === 2) return 0;
+    if (state === 2 || Atomics.load(stdinCtl, 2) !== 0) return 0; // EOF, or interrupted
     if (state === 1) {
       const n = Math.min(buf.length, Atomics.load(stdinCtl, 1));
       buf.set(stdinData.subarray(0, n));
@@ -114,15 +115,18 @@ function confine() {
 
 async function init(m: Init) {
   confine();
-  stdinCtl = new Int32Array(m.stdin, 0, 2);
-  stdinData = new Uint8Array(m.stdin, 8);
+  stdinCtl = new Int32Array(m.stdin, 0, 3);
+  stdinData = new Uint8Array(m.stdin, 16);
   const { loadPyodide } = await import(new URL("pyodide.mjs", "file://" + m.indexURL).href);
   const opts: Record<string, unknown> = { indexURL: m.indexURL };
-  if (m.snapshot) opts._loadSnapshot = m.snapshot;
+  if (m.snapshot) opts._loadSnapshot = Deno.readFileSync(m.snapshot);
   py = await loadPyodide(opts);
   py.setStdout({ write: (b: Uint8Array) => (post({ op: "out", fd: 1, data: b.slice() }), b.length) });
   py.setStderr({ write: (b: Uint8Array) => (post({ op: "out", fd: 2, data: b.slice() }), b.length) });
   py.setStdin({ read: readStdin, isatty: false });
+  // ctl[2] = 2 (SIGINT) raises KeyboardInterrupt at the next bytecode: how a
+  // timeout or a signal stops the exec without losing the interpreter.
+  py.setInterruptBuffer(new Int32Array(m.stdin, 8, 1));
   py.runPython(RUNNER);
   fs.attach(py.FS);
   post({ op: "ready" });
@@ -143,6 +147,7 @@ function run(m: Run) {
     runner.destroy();
   }
   const changes = fs.collect();
+  Atomics.store(stdinCtl, 2, 0);
   post({ op: "done", status, changes });
 }
 

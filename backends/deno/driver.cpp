@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <linux/close_range.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -14,7 +15,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "backends/common/cgroup.hpp"
 #include "backends/common/process.hpp"
@@ -31,6 +34,10 @@ namespace {
 // Where, inside the agent's own mount namespace, its state directory appears:
 // a path the sandbox's uid can reach even when the state root is private (0700).
 constexpr const char* kMountBase = "/run/sbx-deno";
+// The agent's exit status for "start me again": this Deno cannot stop a Worker
+// stuck in a loop (terminate() leaves its thread spinning), so after such an
+// exec the agent replaces its whole process. Must match agent-deno/agent.ts.
+constexpr int kRestartStatus = 75;
 
 // Steps of the child between fork and exec, so a failure names the one that failed.
 enum Step : int { kStepWait = 1, kStepFds, kStepMountNs, kStepBind, kStepNetNs, kStepIds, kStepCaps, kStepExec };
@@ -77,6 +84,10 @@ struct Plan {
   ::setsid();
   int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(log, 1) < 0 || ::dup2(log, 2) < 0) child_fail(report, kStepFds);
+  // The supervisor lives as long as the sandbox: it must hold nothing of the
+  // sbx that started it (a manager's sockets, other sandboxes' files).
+  if (report > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(report - 1), 0u);
+  ::syscall(SYS_close_range, static_cast<unsigned>(report + 1), ~0u, 0u);
   if (p.root) {
     // The agent's view of its own state: a bind of <dir>/deno at a path every
     // uid can traverse; nothing else of the host's mounts changes.
@@ -97,9 +108,32 @@ struct Plan {
   __user_cap_data_struct data[2]{};
   if (::syscall(SYS_capset, &hdr, data) != 0) child_fail(report, kStepCaps);
   ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-  ::syscall(SYS_close_range, 3u, ~0u, 0u);
-  ::execve(argv[0], argv, envp);
-  child_fail(report, kStepExec);
+  // This process stays as the agent's supervisor (the sandbox's pid): it runs
+  // deno, and runs it again when the agent asks for a fresh process.
+  bool first = true;
+  for (;;) {
+    pid_t c = ::fork();
+    if (c < 0) child_fail(report, kStepExec);
+    if (c == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // never outlives its supervisor
+      // The report pipe closes on exec: EOF tells the host deno started.
+      ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+      ::execve(argv[0], argv, envp);
+      child_fail(report, kStepExec);
+    }
+    if (first) {
+      ::close(report);  // the child holds the only copy now
+      report = -1;
+      first = false;
+    }
+    int status = 0;
+    while (::waitpid(c, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != kRestartStatus)
+      ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    timespec pause{0, 50'000'000};  // a crash loop costs little CPU
+    ::nanosleep(&pause, nullptr);
+  }
 }
 
 std::vector<char*> c_strings(std::vector<std::string>& v) {
@@ -153,7 +187,8 @@ class DenoDriver : public Driver {
               "--unstable-worker-options", "--v8-flags=--max-old-space-size=" + std::to_string(heap_mb), read,
               "--allow-write=" + seen, "--allow-net=unix:" + seen + "/agent.sock", agent + "/agent.ts",
               "--socket", seen + "/agent.sock", "--store", seen + "/store.db", "--pyodide", rt.pyodide,
-              "--workdir", rec.spec.workdir, "--other-drivers", other_drivers()};
+              "--workdir", rec.spec.workdir, "--other-drivers", other_drivers(),
+              "--memory-mb", std::to_string(rec.spec.limits.memory_mb)};
     if (!snapshot.empty()) p.argv.insert(p.argv.end(), {"--snapshot", snapshot});
     p.env = {"DENO_DIR=" + seen + "/cache", "HOME=" + seen, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1",
              "LANG=C.UTF-8"};
@@ -191,8 +226,18 @@ class DenoDriver : public Driver {
     // (init adopts it); a serve that outlives it reaps via SIGCHLD handling.
   }
 
-  Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override {
-    return connect_unix(dir + "/deno/agent.sock", "the sandbox's deno agent");
+  Fd connect(const SandboxRecord& rec, const std::string& dir) override {
+    // While the supervisor replaces a stuck agent process (a second or so),
+    // the socket is gone or refuses: wait for the new one rather than fail.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (;;) {
+      try {
+        return connect_unix(dir + "/deno/agent.sock", "the sandbox's deno agent");
+      } catch (const Error&) {
+        if (rec.state != SandboxState::running || !alive(rec) || std::chrono::steady_clock::now() > deadline) throw;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
 
   bool alive(const SandboxRecord& rec) override {
