@@ -47,6 +47,7 @@ const maxPython = Math.max(1, Math.min(4, Math.floor((Number(args["memory-mb"]) 
 const pyPool = new PyPool(args.pyodide!, snapshot, store, maxPython, () => restartProcess());
 const conns = new Set<Conn>();
 let restarting = false;
+let running = 0;
 
 /// This Deno cannot stop a Worker stuck in a loop (terminate() leaves its
 /// thread spinning and its memory held), so the agent hands its process back
@@ -56,13 +57,21 @@ export const RESTART_STATUS = 75;
 function restartProcess() {
   if (restarting) return;
   restarting = true;
-  console.error("sbx-agent-deno: a Worker did not stop; restarting the agent process");
-  listener.close(); // new hosts wait for the next process (the driver's connect retries)
-  const deadline = Date.now() + 2000;
-  const wait = () => ([...conns].some((c) => c.pending()) && Date.now() < deadline ? setTimeout(wait, 10) : Deno.exit(RESTART_STATUS));
-  setTimeout(wait, 10);
+  console.error("sbx-agent-deno: a Worker did not stop; the agent process will be replaced");
+  // Other execs finish first (for at most RESTART_WAIT_MS); then new hosts
+  // wait for the next process (the driver's connect retries) while the
+  // answers already queued go out.
+  const deadline = Date.now() + RESTART_WAIT_MS;
+  const idle = () => {
+    if (running > 0 && Date.now() < deadline) return setTimeout(idle, 20);
+    listener.close();
+    const flushed = Date.now() + 2000;
+    const drain = () => ([...conns].some((c) => c.pending()) && Date.now() < flushed ? setTimeout(drain, 10) : Deno.exit(RESTART_STATUS));
+    drain();
+  };
+  idle();
 }
-let running = 0;
+const RESTART_WAIT_MS = 10_000;
 
 // ---- one host connection ---------------------------------------------------
 

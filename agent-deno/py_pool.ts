@@ -83,6 +83,8 @@ export class PyPool {
       if (idle) {
         idle.busy = true;
         clearTimeout(idle.idleTimer);
+        // A spare loads meanwhile, so that a concurrent exec need not wait for one.
+        if (!this.workers.some((x) => !x.busy) && this.workers.length < this.max) this.spawn();
         return idle;
       }
       if (this.workers.length < this.max) {

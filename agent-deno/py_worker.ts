@@ -59,7 +59,16 @@ function readStdin(buf: Uint8Array): number {
 }
 
 const RUNNER = `
-import sys, os, builtins, traceback
+import sys, os, builtins, traceback, time
+
+# Pyodide's sleep blocks in one wait that its interrupt flag cannot cut short:
+# sleeping in steps lets a timeout or a signal stop a sleeping exec.
+def __sbx_sleep(seconds, _sleep=time.sleep, _now=time.monotonic):
+    end = _now() + seconds
+    while (left := end - _now()) > 0:
+        _sleep(min(left, 0.05))
+time.sleep = __sbx_sleep
+
 def __sbx_run(code, filename, argv, env, cwd, g):
     sys.argv = list(argv)
     os.environ.clear()

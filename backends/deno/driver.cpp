@@ -111,6 +111,7 @@ struct Plan {
   // This process stays as the agent's supervisor (the sandbox's pid): it runs
   // deno, and runs it again when the agent asks for a fresh process.
   bool first = true;
+  long backoff_ms = 25;
   for (;;) {
     pid_t c = ::fork();
     if (c < 0) child_fail(report, kStepExec);
@@ -129,10 +130,14 @@ struct Plan {
     int status = 0;
     while (::waitpid(c, &status, 0) < 0 && errno == EINTR) {
     }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != kRestartStatus)
-      ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-    timespec pause{0, 50'000'000};  // a crash loop costs little CPU
+    // Asked for (a stuck Worker), or killed (the memory cap's OOM killer): the
+    // files are safe in SQLite, so a new agent keeps the sandbox usable. Any
+    // other exit (a start-up error) ends the sandbox rather than loop.
+    bool again = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == kRestartStatus);
+    if (!again) ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    timespec pause{0, backoff_ms * 1'000'000L};
     ::nanosleep(&pause, nullptr);
+    backoff_ms = backoff_ms >= 800 ? 1000 : backoff_ms * 2;  // a crash loop costs little CPU
   }
 }
 
