@@ -389,13 +389,26 @@ export interface RunIO {
   allStdin: () => Promise<Uint8Array>;
 }
 
-async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, io: RunIO): Promise<number> {
-  const w = new Worker(new URL("./js_worker.ts", import.meta.url).href, {
+// A JS Worker started ahead of time, so an exec does not wait for one to boot;
+// each runs one exec and is replaced.
+let jsSpare: Worker | null = null;
+function takeJsWorker(): Worker {
+  const w = jsSpare ?? startJsWorker();
+  jsSpare = null;
+  queueMicrotask(() => (jsSpare ??= startJsWorker()));
+  return w;
+}
+function startJsWorker(): Worker {
+  return new Worker(new URL("./js_worker.ts", import.meta.url).href, {
     type: "module",
     name: "sbx-js",
     // deno-lint-ignore no-explicit-any
     deno: { permissions: "none" } as any,
   });
+}
+
+async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, io: RunIO): Promise<number> {
+  const w = takeJsWorker();
   let killed = false;
   let answer = (_status: number) => {};
   io.setKiller((sig) => {
@@ -417,7 +430,6 @@ async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, i
   // JavaScript reads its stdin whole (it is not blocking like Python's).
   const stdin = plan.needsStdin ? await io.allStdin() : new Uint8Array();
   if (killed) return 137;
-  const gen = store.generation;
   return await new Promise<number>((resolve) => {
     answer = resolve;
     w.onmessage = (e) => {
@@ -431,7 +443,6 @@ async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, i
           io.out(2, enc.encode(`sbx: the exec's file changes were not saved: ${err}\n`));
           return resolve(1);
         }
-        void gen;
         resolve(m.status);
       }
     };
@@ -454,5 +465,6 @@ try {
 }
 const listener = Deno.listen({ transport: "unix", path: args.socket! });
 Deno.chmodSync(args.socket!, 0o600);
-pyPool.warm();
+// The JS spare boots after Python has loaded: together they would share the CPU cap.
+void pyPool.warm().then(() => (jsSpare ??= startJsWorker()));
 for await (const conn of listener) new Conn(conn).serve();

@@ -29,9 +29,10 @@ export class PyPool {
   constructor(private indexURL: string, private snapshot: string, private store: Store, private max: number,
               private restart: () => void) {}
 
-  /// Loads the first interpreter in the background.
-  warm() {
+  /// Loads the first interpreter in the background; resolves when it is ready.
+  warm(): Promise<void> {
     if (this.workers.length === 0) this.spawn();
+    return this.workers[0].ready.catch(() => {});
   }
 
   private spawn(): PyWorker {
@@ -55,8 +56,12 @@ export class PyPool {
       onMessage: () => {},
     };
     pw.ready = new Promise((resolve, reject) => {
+      const t0 = performance.now();
       pw.onMessage = (m) => {
-        if (m.op === "ready") resolve();
+        if (m.op === "ready") {
+          console.error(`sbx-agent-deno: a Python interpreter loaded in ${Math.round(performance.now() - t0)} ms`);
+          resolve();
+        }
         else if (m.op === "fatal") reject(new Error(`Python did not start: ${m.message}`));
       };
     });
@@ -83,8 +88,11 @@ export class PyPool {
       if (idle) {
         idle.busy = true;
         clearTimeout(idle.idleTimer);
-        // A spare loads meanwhile, so that a concurrent exec need not wait for one.
-        if (!this.workers.some((x) => !x.busy) && this.workers.length < this.max) this.spawn();
+        // A spare loads once this one is ready (not beside it: they would share
+        // the CPU cap), so that a concurrent exec need not wait for one.
+        void idle.ready.then(() => {
+          if (!this.workers.some((x) => !x.busy) && this.workers.length < this.max) this.spawn();
+        }, () => {});
         return idle;
       }
       if (this.workers.length < this.max) {
@@ -176,7 +184,7 @@ export class PyPool {
         } else if (m.op === "fatal") {
           io.out(2, new TextEncoder().encode(`sbx: the Python interpreter failed: ${m.message}\n`));
           this.drop(pw);
-          this.warm();
+          void this.warm();
           resolve(1);
         }
       };

@@ -42,6 +42,15 @@ int64_t mtime_of(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? int64_t{st.st_mtim.tv_sec} : 0;
 }
 
+// FNV-1a: a stable short name for content, for cache entries.
+std::string fnv_hex(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
 const char* kInstallHint = "run scripts/setup-deno.sh (npm installs the pinned deno and pyodide), or point SBX_DENO_HOME at its prefix";
 
 }  // namespace
@@ -92,7 +101,7 @@ Runtime find_runtime() {
 std::string ensure_snapshot(const Runtime& rt, const std::string& cache_dir, std::string* why) {
   // Named after what it was made from: a new deno or pyodide makes a new one.
   std::string name = "pyodide-" + std::to_string(mtime_of(rt.pyodide + "pyodide.asm.wasm")) + "-" +
-                     std::to_string(mtime_of(rt.deno)) + "-" + std::to_string(mtime_of(rt.agent + "/snapshot.ts")) + ".snap";
+                     std::to_string(mtime_of(rt.deno)) + "-" + fnv_hex(read_file(rt.agent + "/snapshot.ts")) + ".snap";
   std::string path = cache_dir + "/" + name;
   if (path_exists(path)) return path;
   make_dirs(cache_dir, 0755);
@@ -129,14 +138,12 @@ std::string stage_agent(const Runtime& rt, const std::string& cache) {
   }
   std::sort(names.begin(), names.end());
   std::vector<std::string> texts;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over names and contents
+  std::string all;
   for (auto& n : names) {
     texts.push_back(read_file(rt.agent + "/" + n));
-    for (char c : n + '\0' + texts.back()) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    all += n + '\0' + texts.back();
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  std::string dir = cache + "/agent-" + hex;
+  std::string dir = cache + "/agent-" + fnv_hex(all);
   if (path_exists(dir + "/agent.ts")) return dir;
   make_dirs(cache, 0755);
   Fd lock = lock_file(cache + "/.agent.lock");
