@@ -186,10 +186,13 @@ class DenoDriver : public Driver {
     // The V8 heap of each isolate (agent, every Worker) stays well inside the
     // cgroup's memory cap, so a runaway exec dies of a heap limit first.
     uint64_t heap_mb = std::max<uint64_t>(64, rec.spec.limits.memory_mb / 2);
+    // Likewise Pyodide's WebAssembly memory (64 KiB pages): Python gets a
+    // MemoryError before the cgroup's OOM killer takes the whole agent.
+    uint64_t wasm_pages = std::max<uint64_t>(1024, rec.spec.limits.memory_mb * 16 * 2 / 5);
     std::string read = "--allow-read=" + rt.pyodide + "," + agent + "," + seen;
     if (!snapshot.empty()) read += "," + snapshot;
     p.argv = {rt.deno, "run", "--quiet", "--no-prompt", "--no-config", "--no-npm", "--no-remote",
-              "--unstable-worker-options", "--v8-flags=--max-old-space-size=" + std::to_string(heap_mb), read,
+              "--unstable-worker-options", "--v8-flags=--max-old-space-size=" + std::to_string(heap_mb) + ",--wasm-max-mem-pages=" + std::to_string(wasm_pages), read,
               "--allow-write=" + seen, "--allow-net=unix:" + seen + "/agent.sock", agent + "/agent.ts",
               "--socket", seen + "/agent.sock", "--store", seen + "/store.db", "--pyodide", rt.pyodide,
               "--workdir", rec.spec.workdir, "--other-drivers", other_drivers(),

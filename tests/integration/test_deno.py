@@ -423,3 +423,13 @@ def test_default_backend_is_deno(deno):
     r = deno.run("exec", "--rm", "--", "python3", "-c", "print('default')", unset=["LOCAL_SANDBOX_BACKEND"])
     assert r.rc == 0 and r.out == "default\n", r
     assert all(ID_RE.match(i) for i in deno.ls_ids())
+
+
+def test_memory_caps_leave_the_sandbox_usable(deno, fresh):
+    py(deno, fresh, "open('/work/m', 'w').write('kept')").ok()
+    r = py(deno, fresh, "x = []\nwhile True: x.append(bytearray(1 << 20))", timeout=60)
+    assert r.rc == 1 and "MemoryError" in r.err, r
+    # A JS heap past its limit takes the agent's process down; the supervisor starts a new one.
+    r = js(deno, fresh, "const a = []; while (true) a.push(new Array(1e6).fill(1.5))", timeout=60)
+    assert r.rc != 0, r
+    assert py(deno, fresh, "print(open('/work/m').read())").ok().out == "kept\n"
