@@ -273,7 +273,7 @@ class Exec {
   private waitStdin: (() => void) | null = null;
   private output = 0;
   private ended = false;
-  private timer = 0;
+  private timer: ReturnType<typeof setTimeout> | undefined;
   private killer: ((sig: number) => void) | null = null;
   private stdinSink: ((b: Uint8Array | null) => void) | null = null;
   private killedBy = 0;

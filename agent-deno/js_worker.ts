@@ -1,3 +1,5 @@
+/// <reference no-default-lib="true" />
+/// <reference lib="deno.worker" />
 // One JavaScript/TypeScript exec in a Worker with no permissions at all.
 // The sandbox's files are an in-memory copy of the store behind Deno's file
 // functions; console, process and Deno.exit are redirected to the exec's
@@ -192,7 +194,7 @@ function installRuntime(m: Run) {
       return n;
     },
     read: async (b: Uint8Array) => D.stdin.readSync(b),
-    readable: new Blob([m.stdin]).stream(),
+    readable: new Blob([m.stdin.slice() as Uint8Array<ArrayBuffer>]).stream(),
   };
   // deno-lint-ignore no-explicit-any
   const p = (globalThis as any).process;
@@ -207,7 +209,7 @@ function installRuntime(m: Run) {
     })) Object.defineProperty(p, k, { value: v, configurable: true, writable: true });
   }
   const st = globalThis.setTimeout, ct = globalThis.clearTimeout;
-  const live = new Set<number>();
+  const live = new Set<ReturnType<typeof setTimeout>>();
   globalThis.setTimeout = ((fn: () => void, ms?: number, ...a: unknown[]) => {
     pendingTimers++;
     const id = st(() => {
@@ -218,7 +220,7 @@ function installRuntime(m: Run) {
     live.add(id);
     return id;
   }) as typeof setTimeout;
-  globalThis.clearTimeout = ((id: number) => {
+  globalThis.clearTimeout = ((id: ReturnType<typeof setTimeout>) => {
     if (live.delete(id)) pendingTimers--;
     ct(id);
   }) as typeof clearTimeout;

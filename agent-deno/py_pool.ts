@@ -18,7 +18,7 @@ interface PyWorker {
   gen: number; // the store generation its file system mirrors; 0 = stale
   ctl: Int32Array;
   data: Uint8Array;
-  idleTimer: number;
+  idleTimer: ReturnType<typeof setTimeout> | undefined;
   onMessage: (m: Record<string, unknown>) => void;
 }
 
@@ -52,7 +52,7 @@ export class PyPool {
       gen: 0,
       ctl: new Int32Array(sab, 0, 3),
       data: new Uint8Array(sab, 16),
-      idleTimer: 0,
+      idleTimer: undefined,
       onMessage: () => {},
     };
     pw.ready = new Promise((resolve, reject) => {

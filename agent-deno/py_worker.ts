@@ -1,3 +1,5 @@
+/// <reference no-default-lib="true" />
+/// <reference lib="deno.worker" />
 // A Python interpreter (Pyodide) in a Worker that may read only Pyodide's own
 // files: no host files, no network, no environment, no subprocesses. It is
 // loaded once (from a memory snapshot when one exists) and runs one exec at

@@ -62,6 +62,18 @@ def agent_pid(sbx, sid) -> int:
     return sbx.record(sid)["agent_pid"]
 
 
+def test_agent_sources_type_check(deno, tmp_path):
+    home = os.environ.get("SBX_DENO_HOME", "/usr/local/lib/sbx/deno")
+    bins = sorted(Path(home, "node_modules", "@deno").glob("linux-*/deno"))
+    assert bins, f"no deno binary under {home}"
+    src = Path(__file__).resolve().parents[2] / "agent-deno"
+    r = subprocess.run([str(bins[0]), "check", "--quiet", "--no-config", "--no-remote", "--no-npm",
+                        *sorted(str(p) for p in src.glob("*.ts"))],
+                       env={"DENO_DIR": str(tmp_path), "NO_COLOR": "1", "PATH": os.environ.get("PATH", "")},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 # --------------------------------------------------------------------------
 # exec: statuses, streams, stdin
 # --------------------------------------------------------------------------
