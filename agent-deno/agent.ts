@@ -5,12 +5,13 @@
 //
 // Usage: deno run ... agent.ts --socket PATH --store PATH --pyodide DIR
 //        [--snapshot FILE] [--workdir /work] [--other-drivers "subprocess, runsc"]
-//        [--max-output BYTES] [--memory-mb N]
+//        [--max-output BYTES] [--pythons N]
 import { parseArgs } from "node:util";
-import { Decoder, encode, encodeError, encodeJson, type Frame, chunks, parseJson, ProtoError, T, VERSION } from "./protocol.ts";
+import { Decoder, encode, HEADER, encodeError, encodeJson, type Frame, chunks, parseJson, ProtoError, T, VERSION } from "./protocol.ts";
 import { cleanPath, type Entry, Store } from "./store.ts";
 import { type ExecPlan, planExec } from "./commands.ts";
 import { PyPool } from "./py_pool.ts";
+import { released } from "./output_gate.ts";
 
 const { values: args } = parseArgs({
   args: Deno.args,
@@ -22,7 +23,7 @@ const { values: args } = parseArgs({
     workdir: { type: "string", default: "/work" },
     "other-drivers": { type: "string", default: "subprocess, runsc" },
     "max-output": { type: "string", default: String(64 << 20) },
-    "memory-mb": { type: "string", default: "512" },
+    pythons: { type: "string", default: "1" },
   },
 });
 if (!args.socket || !args.store || !args.pyodide) {
@@ -42,8 +43,8 @@ try {
   console.error(`sbx-agent-deno: no Pyodide snapshot at ${snapshot}; Python starts slowly`);
   snapshot = "";
 }
-// Interpreters that fit the memory cap beside the agent (~150 MiB each).
-const maxPython = Math.max(1, Math.min(4, Math.floor((Number(args["memory-mb"]) - 200) / 150)));
+// Interpreters that fit the memory cap beside the agent (the driver works it out).
+const maxPython = Math.max(1, Number(args.pythons) || 1);
 const pyPool = new PyPool(args.pyodide!, snapshot, store, maxPython, () => restartProcess());
 const conns = new Set<Conn>();
 let restarting = false;
@@ -58,17 +59,14 @@ function restartProcess() {
   if (restarting) return;
   restarting = true;
   console.error("sbx-agent-deno: a Worker did not stop; the agent process will be replaced");
-  // Other execs finish first (for at most RESTART_WAIT_MS); then new hosts
-  // wait for the next process (the driver's connect retries) while the
-  // answers already queued go out.
+  // New hosts wait for the next process (the driver's connect retries); the
+  // ones connected already finish (for at most RESTART_WAIT_MS) and get
+  // their answers before this process goes.
+  listener.close();
   const deadline = Date.now() + RESTART_WAIT_MS;
-  const idle = () => {
-    if (running > 0 && Date.now() < deadline) return setTimeout(idle, 20);
-    listener.close();
-    const flushed = Date.now() + 2000;
-    const drain = () => ([...conns].some((c) => c.pending()) && Date.now() < flushed ? setTimeout(drain, 10) : Deno.exit(RESTART_STATUS));
-    drain();
-  };
+  const idle = () => (conns.size > 0 && Date.now() < deadline ? setTimeout(idle, 20) : drain());
+  const flushed = Date.now() + RESTART_WAIT_MS + 2000;
+  const drain = () => ([...conns].some((c) => c.pending()) && Date.now() < flushed ? setTimeout(drain, 10) : Deno.exit(RESTART_STATUS));
   idle();
 }
 const RESTART_WAIT_MS = 10_000;
@@ -77,7 +75,7 @@ const RESTART_WAIT_MS = 10_000;
 
 class Conn {
   private dec = new Decoder();
-  private queue: Uint8Array[] = [];
+  private queue: { frame: Uint8Array; sent?: () => void }[] = [];
   private writing = false;
   private uploads = new Map<number, { path: string; req: Record<string, unknown>; parts: Uint8Array[] }>();
   execs = new Map<number, Exec>();
@@ -92,9 +90,10 @@ class Conn {
     return this.writing || this.queue.length > 0;
   }
 
-  send(frame: Uint8Array) {
-    if (this.dead) return;
-    this.queue.push(frame);
+  /// Queues a frame; `sent` runs once the socket has taken it (or never will).
+  send(frame: Uint8Array, sent?: () => void) {
+    if (this.dead) return sent?.();
+    this.queue.push({ frame, sent });
     if (!this.writing) this.flush();
   }
 
@@ -102,14 +101,21 @@ class Conn {
     this.writing = true;
     try {
       while (this.queue.length && !this.dead) {
-        const batch = this.queue.length === 1 ? this.queue[0] : concat(this.queue);
-        this.queue = [];
+        // Batches of at most ~1 MiB: one write per batch, no copy of a whole backlog.
+        let n = 0, size = 0;
+        while (n < this.queue.length && (n === 0 || size + this.queue[n].frame.length <= 1 << 20)) {
+          size += this.queue[n++].frame.length;
+        }
+        const items = this.queue.splice(0, n);
+        const batch = n === 1 ? items[0].frame : concat(items.map((i) => i.frame));
         for (let off = 0; off < batch.length;) off += await this.conn.write(batch.subarray(off));
+        for (const i of items) i.sent?.();
       }
     } catch {
       this.close();
     } finally {
       this.writing = false;
+      if (this.dead) for (const i of this.queue.splice(0)) i.sent?.();
     }
   }
 
@@ -306,7 +312,7 @@ class Exec {
       plan.code = new TextDecoder().decode(await this.allStdin());
     }
     const io = {
-      out: (fd: number, b: Uint8Array) => this.write(fd, b),
+      out: (fd: number, b: Uint8Array, outflow?: Int32Array) => this.write(fd, b, outflow),
       setKiller: (k: (sig: number) => void) => (this.killer = k),
       setStdinSink: (s: (b: Uint8Array | null) => void) => {
         this.stdinSink = s;
@@ -340,14 +346,18 @@ class Exec {
     w?.();
   }
 
-  private write(fd: number, b: Uint8Array) {
-    if (this.ended) return;
-    const room = maxOutput - this.output;
-    if (room <= 0) return;
-    const part = b.length > room ? b.subarray(0, room) : b;
+  /// Sends output; `outflow` (output_gate.ts) learns when the socket has taken it.
+  /// Past the cap the rest is dropped, a marker goes to stderr and the exec is stopped.
+  private write(fd: number, b: Uint8Array, outflow?: Int32Array) {
+    const done = (n: number) => outflow && released(outflow, n);
+    if (this.ended) return done(b.length);
+    const part = b.subarray(0, Math.max(0, maxOutput - this.output));
     this.output += part.length;
-    for (const fr of chunks(fd === 1 ? T.stdout_data : T.stderr_data, this.ch, part)) this.c.send(fr);
-    if (b.length > room) {
+    done(b.length - part.length);
+    for (const fr of chunks(fd === 1 ? T.stdout_data : T.stderr_data, this.ch, part)) {
+      this.c.send(fr, () => done(fr.length - HEADER));
+    }
+    if (part.length < b.length) {
       this.c.send(encode(T.stderr_data, this.ch,
         enc.encode(`\n[sbx: output truncated at ${maxOutput} bytes; the command was stopped]\n`)));
       this.kill(9, false);
@@ -383,7 +393,7 @@ class Exec {
 // ---- JavaScript / TypeScript -----------------------------------------------
 
 export interface RunIO {
-  out: (fd: number, b: Uint8Array) => void;
+  out: (fd: number, b: Uint8Array, outflow?: Int32Array) => void;
   setKiller: (k: (sig: number) => void) => void;
   setStdinSink: (s: (b: Uint8Array | null) => void) => void;
   allStdin: () => Promise<Uint8Array>;
@@ -430,11 +440,13 @@ async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, i
   // JavaScript reads its stdin whole (it is not blocking like Python's).
   const stdin = plan.needsStdin ? await io.allStdin() : new Uint8Array();
   if (killed) return 137;
+  const outflow = new SharedArrayBuffer(4);
+  const flow = new Int32Array(outflow);
   return await new Promise<number>((resolve) => {
     answer = resolve;
     w.onmessage = (e) => {
       const m = e.data;
-      if (m.op === "out") io.out(m.fd, m.data);
+      if (m.op === "out") io.out(m.fd, m.data, flow);
       else if (m.op === "done") {
         w.terminate();
         try {
@@ -452,7 +464,7 @@ async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, i
       w.terminate();
       resolve(1);
     };
-    w.postMessage({ code: plan.code, filename: plan.filename, argv: plan.argv, env, cwd, stdin, tree: store.dump() });
+    w.postMessage({ code: plan.code, filename: plan.filename, argv: plan.argv, env, cwd, stdin, tree: store.dump(), outflow });
   });
 }
 

@@ -6,6 +6,7 @@
 // streams and status. The exec ends when its module has been evaluated and no
 // timer it set is pending.
 import { cleanPath, parentOf, type Changes, type Entry } from "./store.ts";
+import { OutputGate } from "./output_gate.ts";
 
 interface Run {
   code: string;
@@ -15,14 +16,20 @@ interface Run {
   cwd: string;
   stdin: Uint8Array;
   tree: Entry[];
+  outflow: SharedArrayBuffer; // output bytes on their way (output_gate.ts)
 }
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 // deno-lint-ignore no-explicit-any
 const D = Deno as any;
-const out = (fd: number, s: string | Uint8Array) =>
-  self.postMessage({ op: "out", fd, data: typeof s === "string" ? enc.encode(s) : s.slice() });
+let gate: OutputGate | null = null;
+const out = (fd: number, s: string | Uint8Array) => {
+  const bytes = typeof s === "string" ? enc.encode(s) : s;
+  const post = (data: Uint8Array) => self.postMessage({ op: "out", fd, data });
+  if (gate) gate.send(post, bytes);
+  else post(bytes.slice());
+};
 
 class Exit extends Error {
   constructor(public status: number) {
@@ -261,6 +268,7 @@ self.addEventListener("error", (e) => {
 self.onmessage = async (e: MessageEvent) => {
   if (e.data?.op === "alive?") return self.postMessage({ op: "alive" });
   const m = e.data as Run;
+  gate = new OutputGate(new Int32Array(m.outflow), () => finished);
   for (const en of m.tree) files.set(en.path, en);
   original = new Map(files);
   cwd = m.cwd;

@@ -43,7 +43,7 @@ export class PyPool {
       // deno-lint-ignore no-explicit-any
       deno: { permissions: { read: this.snapshot ? [this.indexURL, this.snapshot] : [this.indexURL], write: false, net: false, env: false, run: false, ffi: false, sys: false, import: false } } as any,
     });
-    // ctl[0] stdin state, ctl[1] bytes waiting, ctl[2] Pyodide's interrupt flag; data from byte 16.
+    // ctl[0] stdin state, ctl[1] bytes waiting, ctl[2] Pyodide's interrupt flag; stdin data from byte 16.
     const sab = new SharedArrayBuffer(16 + STDIN_BUF);
     const pw: PyWorker = {
       w,
@@ -123,7 +123,13 @@ export class PyPool {
       Atomics.notify(pw.ctl, 0);
       // Interrupted code that swallows KeyboardInterrupt keeps running; so does
       // a Worker still loading. Neither can be stopped short of a new process.
-      const stuck = setTimeout(() => this.restart(), GRACE_MS);
+      const stuck = setTimeout(() => {
+        // Out of the pool at once, so that waiting execs get another interpreter
+        // while the agent waits for a quiet moment to be replaced.
+        this.workers = this.workers.filter((x) => x !== pw);
+        this.waiting.shift()?.();
+        this.restart();
+      }, GRACE_MS);
       pw.onMessage = (m) => {
         if (m.op !== "done") return;
         clearTimeout(stuck);
@@ -163,12 +169,14 @@ export class PyPool {
     };
     Atomics.store(pw.ctl, 0, 0);
     Atomics.store(pw.ctl, 1, 0);
+    // This exec's output bytes on their way to the host (output_gate.ts).
+    const outflow = new Int32Array(new SharedArrayBuffer(4));
     const fresh = pw.gen === this.store.generation;
     const startGen = this.store.generation;
     const status = await new Promise<number>((resolve) => {
       finish = resolve;
       pw.onMessage = (m) => {
-        if (m.op === "out") io.out(m.fd as number, m.data as Uint8Array);
+        if (m.op === "out") io.out(m.fd as number, m.data as Uint8Array, outflow);
         else if (m.op === "stdin_taken") feed();
         else if (m.op === "done") {
           const before = this.store.generation;
@@ -203,6 +211,7 @@ export class PyPool {
         cwd,
         session: env.SBX_PYTHON_SESSION ?? "",
         tree: fresh ? null : this.store.dump(),
+        outflow: outflow.buffer,
       });
       pw.gen = startGen;
     });

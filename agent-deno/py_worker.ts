@@ -7,6 +7,7 @@
 import { FsMirror } from "./fs_mirror.ts";
 import type { Entry } from "./store.ts";
 import childProcess from "node:child_process";
+import { OutputGate } from "./output_gate.ts";
 
 interface Init {
   op: "init";
@@ -24,11 +25,13 @@ interface Run {
   cwd: string;
   session: string;
   tree: Entry[] | null; // the whole store, when this worker's copy is stale
+  outflow: SharedArrayBuffer; // this exec's output bytes on their way (output_gate.ts)
 }
 
 // deno-lint-ignore no-explicit-any
 let py: any;
 let stdinCtl: Int32Array;
+let gate: OutputGate;
 let stdinData: Uint8Array;
 const fs = new FsMirror();
 const sessions = new Map<string, unknown>();
@@ -132,8 +135,9 @@ async function init(m: Init) {
   const opts: Record<string, unknown> = { indexURL: m.indexURL };
   if (m.snapshot) opts._loadSnapshot = Deno.readFileSync(m.snapshot);
   py = await loadPyodide(opts);
-  py.setStdout({ write: (b: Uint8Array) => (post({ op: "out", fd: 1, data: b.slice() }), b.length) });
-  py.setStderr({ write: (b: Uint8Array) => (post({ op: "out", fd: 2, data: b.slice() }), b.length) });
+  const writer = (fd: number) => (b: Uint8Array) => (gate.send((data) => post({ op: "out", fd, data }), b), b.length);
+  py.setStdout({ write: writer(1) });
+  py.setStderr({ write: writer(2) });
   py.setStdin({ read: readStdin, isatty: false });
   // ctl[2] = 2 (SIGINT) raises KeyboardInterrupt at the next bytecode: how a
   // timeout or a signal stops the exec without losing the interpreter.
@@ -144,6 +148,7 @@ async function init(m: Init) {
 }
 
 function run(m: Run) {
+  gate = new OutputGate(new Int32Array(m.outflow), () => Atomics.load(stdinCtl, 2) !== 0);
   if (m.tree) fs.load(m.tree);
   const runner = py.globals.get("__sbx_run");
   let g: unknown = undefined;

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -185,10 +186,18 @@ class DenoDriver : public Driver {
     const std::string seen = root ? p.mount_at : p.state;
     // The V8 heap of each isolate (agent, every Worker) stays well inside the
     // cgroup's memory cap, so a runaway exec dies of a heap limit first.
-    uint64_t heap_mb = std::max<uint64_t>(64, rec.spec.limits.memory_mb / 2);
-    // Likewise Pyodide's WebAssembly memory (64 KiB pages): Python gets a
-    // MemoryError before the cgroup's OOM killer takes the whole agent.
-    uint64_t wasm_pages = std::max<uint64_t>(1024, rec.spec.limits.memory_mb * 16 * 2 / 5);
+    const uint64_t mem = rec.spec.limits.memory_mb;
+    uint64_t heap_mb = std::max<uint64_t>(64, mem / 2);
+    // Likewise each Python interpreter's WebAssembly memory: Python gets a
+    // MemoryError before the cgroup's OOM killer takes the whole agent. The
+    // agent with one interpreter loaded takes ~300 MiB; every further
+    // interpreter (for concurrent execs) needs room of its own.
+    uint64_t pythons = std::clamp<uint64_t>(mem > 300 ? (mem - 300) / 250 : 0, 1, 4);
+    // Three quarters of its share: output on its way out needs memory too.
+    uint64_t wasm_mb = std::max<uint64_t>(64, (mem > 300 ? (mem - 300) / pythons * 3 / 4 : 0));
+    uint64_t wasm_pages = wasm_mb * 16;  // 64 KiB pages
+    // Output past this ends the exec with a marker (1/16 of the memory cap, at most 64 MiB).
+    uint64_t max_output = std::clamp<uint64_t>(mem / 16, 1, 64) << 20;
     std::string read = "--allow-read=" + rt.pyodide + "," + agent + "," + seen;
     if (!snapshot.empty()) read += "," + snapshot;
     p.argv = {rt.deno, "run", "--quiet", "--no-prompt", "--no-config", "--no-npm", "--no-remote",
@@ -196,7 +205,7 @@ class DenoDriver : public Driver {
               "--allow-write=" + seen, "--allow-net=unix:" + seen + "/agent.sock", agent + "/agent.ts",
               "--socket", seen + "/agent.sock", "--store", seen + "/store.db", "--pyodide", rt.pyodide,
               "--workdir", rec.spec.workdir, "--other-drivers", other_drivers(),
-              "--memory-mb", std::to_string(rec.spec.limits.memory_mb)};
+              "--pythons", std::to_string(pythons), "--max-output", std::to_string(max_output)};
     if (!snapshot.empty()) p.argv.insert(p.argv.end(), {"--snapshot", snapshot});
     p.env = {"DENO_DIR=" + seen + "/cache", "HOME=" + seen, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1",
              "LANG=C.UTF-8"};
@@ -235,9 +244,10 @@ class DenoDriver : public Driver {
   }
 
   Fd connect(const SandboxRecord& rec, const std::string& dir) override {
-    // While the supervisor replaces a stuck agent process (a second or so),
-    // the socket is gone or refuses: wait for the new one rather than fail.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    // While the supervisor replaces a stuck agent process (once the execs
+    // running in it end, at most 10 s, then a second or so to start), the
+    // socket is gone or refuses: wait for the new one rather than fail.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
     for (;;) {
       try {
         return connect_unix(dir + "/deno/agent.sock", "the sandbox's deno agent");

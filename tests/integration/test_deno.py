@@ -389,7 +389,9 @@ def test_killed_client_stops_its_exec(deno, box):
     assert py(deno, box, "import os; print(os.path.exists('/work/after-client'))").ok().out == "False\n"
 
 
-def test_parallel_execs_and_a_loop_blocks_no_other_sandbox(deno, box, fresh):
+def test_parallel_execs_and_a_loop_blocks_no_other_sandbox(deno, fresh):
+    # Concurrent Python execs need an interpreter each: 1.2 GiB of memory cap allows three.
+    box = deno.create("--memory", "1200M", driver="deno")
     spin = deno.popen("exec", "--timeout", "8s", fresh, "--", "node", "-e", "while (true) {}")
     try:
         slow = deno.popen("exec", box, "--", "python3", "-c", "import time\nprint('sleeping', flush=True)\n"
@@ -401,6 +403,7 @@ def test_parallel_execs_and_a_loop_blocks_no_other_sandbox(deno, box, fresh):
     finally:
         spin.kill()
         spin.communicate()
+        deno.remove(box)
 
 
 def test_exec_rm_one_shot(deno):
@@ -447,3 +450,13 @@ def test_memory_caps_leave_the_sandbox_usable(deno, fresh):
     assert r.rc != 0, r
     r = wait_until(lambda: (lambda r: r if r.rc == 0 else None)(py(deno, fresh, "print(open('/work/m').read())")), 15)
     assert r and r.out == "kept\n", r
+
+
+def test_output_capped_with_a_marker(deno, box):
+    # The cap is 1/16 of the memory cap (32 MiB for the default 512M), at most 64 MiB.
+    r = py(deno, box, "import sys\nfor i in range(40): sys.stdout.write('x' * (1 << 20))\nprint('never')", timeout=120)
+    assert r.rc == 137 and len(r.stdout) == 32 << 20, (r.rc, len(r.stdout), r.err[-300:])
+    assert "output truncated at 33554432 bytes" in r.err, r.err[-300:]
+    r = js(deno, box, "while (true) console.log('flood')", flags=["--timeout", "2s"], timeout=60)
+    assert r.rc in (124, 137) and r.stdout.startswith(b"flood\n"), (r.rc, r.err[-300:])
+    assert py(deno, box, "print('usable')").ok().out == "usable\n"
