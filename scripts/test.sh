@@ -25,6 +25,7 @@ echo "== man pages and completions in step with the flags"
 python3 tests/check_docs_in_step.py --help-cmd build/sbx
 
 echo "== integration tests (real sandboxes)"
-# The conformance tests run twice: on the local subprocess driver and through a real manager.
-SBX_TEST_DRIVERS=${SBX_TEST_DRIVERS:-subprocess,remote} SBX_BIN="$PWD/build/sbx" \
+# The conformance tests run on the local subprocess driver, through a real manager, and on deno
+# (where they apply: the deno driver runs no shell; test_deno.py covers it).
+SBX_TEST_DRIVERS=${SBX_TEST_DRIVERS:-subprocess,remote,deno} SBX_BIN="$PWD/build/sbx" \
   /usr/bin/python3 -m pytest -q -rs tests/integration
