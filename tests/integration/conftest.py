@@ -601,7 +601,11 @@ def pytest_generate_tests(metafunc):
             metafunc.parametrize("driver", [pytest.param("-", marks=pytest.mark.skip(reason=reason))],
                                  indirect=True, ids=["no-driver"])
             return
-    metafunc.parametrize("driver", wanted, indirect=True)
+    # @pytest.mark.skip_drivers(deno="why this cannot apply there"): a per-driver skip with its reason.
+    skips = metafunc.definition.get_closest_marker("skip_drivers")
+    skips = skips.kwargs if skips else {}
+    metafunc.parametrize("driver", [pytest.param(d, marks=pytest.mark.skip(reason=skips[d])) if d in skips else d
+                                    for d in wanted], indirect=True)
 
 
 @pytest.fixture

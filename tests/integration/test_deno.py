@@ -15,7 +15,6 @@ import os
 import secrets
 import signal
 import socket
-import stat
 import subprocess
 import tarfile
 import threading
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ID_RE, driver_problem, pid_alive, sha256, skip_or_fail, wait_until
+from test_conformance import _make_tree, _snapshot
 
 
 @pytest.fixture(scope="module")
@@ -219,16 +219,8 @@ def test_files_persist_across_agent_restarts(deno, fresh):
     assert db.is_file(), "the store must live in the sandbox's state directory"
 
 
-def test_cp_file_and_tree_round_trip(deno, box, host_tmp):
-    t = host_tmp / "tree"
-    (t / "a" / "b").mkdir(parents=True)
-    (t / "empty").mkdir()
-    (t / "a" / "b" / "c.txt").write_text("nested\n")
-    (t / "bin.dat").write_bytes(os.urandom(3 << 20))
-    (t / "secret").write_text("s\n")
-    os.chmod(t / "secret", 0o600)
-    os.symlink("a/b/c.txt", t / "link")
-    os.symlink("/nonexistent/target", t / "dangling")
+def test_cp_tree_round_trip(deno, box, host_tmp):
+    t = _make_tree(host_tmp)
     deno.run("cp", t, f"{box}:/work/").ok()
     r = py(deno, box, "import os, hashlib\nos.chdir('/work/tree')\n"
                       "print(oct(os.stat('secret').st_mode & 0o777), os.readlink('link'), os.readlink('dangling'))\n"
@@ -238,31 +230,23 @@ def test_cp_file_and_tree_round_trip(deno, box, host_tmp):
                                   sha256((t / "bin.dat").read_bytes())], r
     out = host_tmp / "out"
     deno.run("cp", f"{box}:/work/tree", out).ok()
-    for p in t.rglob("*"):
-        q = out / p.relative_to(t)
-        assert q.is_symlink() == p.is_symlink(), p
-        if p.is_symlink():
-            assert os.readlink(q) == os.readlink(p)
-        elif p.is_file():
-            assert q.read_bytes() == p.read_bytes() and stat.S_IMODE(q.stat().st_mode) == stat.S_IMODE(p.stat().st_mode)
-        else:
-            assert q.is_dir(), q
+    assert _snapshot(out) == _snapshot(t)
 
 
-def test_cp_tar_stream_in_and_out(deno, box):
-    buf = io.BytesIO()
+def test_cp_tar_stream_in_and_out(deno, box, host_tmp):
+    src = host_tmp / "pkg"
+    src.mkdir()
     payload = os.urandom(100_000)
+    (src / "data.bin").write_bytes(payload)
+    os.chmod(src / "data.bin", 0o600)
+    buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
-        d = tarfile.TarInfo("pkg")
-        d.type, d.mode = tarfile.DIRTYPE, 0o755
-        tf.addfile(d)
-        fi = tarfile.TarInfo("pkg/data.bin")
-        fi.size, fi.mode = len(payload), 0o600
-        tf.addfile(fi, io.BytesIO(payload))
+        tf.add(src, arcname="pkg")
     py(deno, box, "import os; os.makedirs('/work/in', exist_ok=True)").ok()
     deno.run("cp", "-", f"{box}:/work/in", input=buf.getvalue()).ok()
-    r = py(deno, box, "import hashlib; print(hashlib.sha256(open('/work/in/pkg/data.bin', 'rb').read()).hexdigest())")
-    assert r.ok().out.strip() == sha256(payload)
+    r = py(deno, box, "import hashlib, os; print(hashlib.sha256(open('/work/in/pkg/data.bin', 'rb').read()).hexdigest(),"
+                      " oct(os.stat('/work/in/pkg/data.bin').st_mode & 0o777))")
+    assert r.ok().out.split() == [sha256(payload), "0o600"], r
     r = deno.run("cp", f"{box}:/work/in/pkg", "-").ok()
     with tarfile.open(fileobj=io.BytesIO(r.stdout), mode="r:") as tf:
         assert tf.extractfile("pkg/data.bin").read() == payload

@@ -35,6 +35,15 @@ def _scenario_cleanup(gc_sbx):
     _scenarios.clear()
 
 
+def _sleep_cmd(driver: str, seconds: int) -> list[str]:
+    # The deno driver runs Python, not coreutils.
+    return ["python3", "-c", f"import time; time.sleep({seconds})"] if driver == "deno" else ["sleep", str(seconds)]
+
+
+def _noop_cmd(driver: str) -> list[str]:
+    return ["python3", "-c", "pass"] if driver == "deno" else ["true"]
+
+
 @pytest.fixture
 def gc_scenario(gc_sbx, driver, _scenario_cleanup):
     """Sandboxes in every gc-relevant situation, then `gc --dry-run --json` and `gc --json`."""
@@ -49,7 +58,7 @@ def gc_scenario(gc_sbx, driver, _scenario_cleanup):
     ids["fresh"] = gc_sbx.create(driver=driver)  # default idle timeout (10m)
     ids["busy"] = gc_sbx.create("--idle-timeout", "1s", driver=driver)
     # A command running longer than the idle timeout is not idleness.
-    busy = gc_sbx.popen("exec", ids["busy"], "--", "sleep", "8",
+    busy = gc_sbx.popen("exec", ids["busy"], "--", *_sleep_cmd(driver, 8),
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(2.3)
@@ -59,7 +68,8 @@ def gc_scenario(gc_sbx, driver, _scenario_cleanup):
         sc["after"] = set(gc_sbx.ls_ids())
         # Checked now: a later scenario's gc (another driver's) may rightly collect
         # these once the busy command is gone.
-        sc["usable_after"] = {k: gc_sbx.exec(ids[k], "true").rc == 0 for k in ("persistent", "fresh", "busy")}
+        sc["usable_after"] = {k: gc_sbx.exec(ids[k], *_noop_cmd(driver)).rc == 0
+                              for k in ("persistent", "fresh", "busy")}
     finally:
         busy.kill()
         busy.wait()
