@@ -400,13 +400,16 @@ export interface RunIO {
 }
 
 // A JS Worker started ahead of time, so an exec does not wait for one to boot;
-// each runs one exec and is replaced.
+// each runs one exec and is replaced once that exec is over (booting beside
+// it would slow it down: they share the CPU cap).
 let jsSpare: Worker | null = null;
 function takeJsWorker(): Worker {
   const w = jsSpare ?? startJsWorker();
   jsSpare = null;
-  queueMicrotask(() => (jsSpare ??= startJsWorker()));
   return w;
+}
+function refillJsSpare() {
+  setTimeout(() => (jsSpare ??= startJsWorker()), 0);
 }
 function startJsWorker(): Worker {
   return new Worker(new URL("./js_worker.ts", import.meta.url).href, {
@@ -418,7 +421,14 @@ function startJsWorker(): Worker {
 }
 
 async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, io: RunIO): Promise<number> {
-  const w = takeJsWorker();
+  try {
+    return await runJsIn(takeJsWorker(), plan, env, cwd, io);
+  } finally {
+    refillJsSpare();
+  }
+}
+
+async function runJsIn(w: Worker, plan: ExecPlan, env: Record<string, string>, cwd: string, io: RunIO): Promise<number> {
   let killed = false;
   let answer = (_status: number) => {};
   io.setKiller((sig) => {
