@@ -58,13 +58,20 @@ export const RESTART_STATUS = 75;
 function restartProcess() {
   if (restarting) return;
   restarting = true;
+  const since = Date.now();
   console.error("sbx-agent-deno: a Worker did not stop; the agent process will be replaced");
-  // New hosts wait for the next process (the driver's connect retries); the
-  // ones connected already finish (for at most RESTART_WAIT_MS) and get
-  // their answers before this process goes.
-  listener.close();
+  // New hosts wait for the next process (the driver's connect retries): the
+  // socket's name goes first, and the listener only once the connections
+  // already queued on it are accepted (closing it would reset them). Those
+  // connected finish (for at most RESTART_WAIT_MS) before this process goes.
+  try {
+    Deno.removeSync(args.socket!);
+  } catch {
+    // already gone
+  }
+  setTimeout(() => listener.close(), 200);
   const deadline = Date.now() + RESTART_WAIT_MS;
-  const idle = () => (conns.size > 0 && Date.now() < deadline ? setTimeout(idle, 20) : drain());
+  const idle = () => ((conns.size > 0 || Date.now() < since + 250) && Date.now() < deadline ? setTimeout(idle, 20) : drain());
   const flushed = Date.now() + RESTART_WAIT_MS + 2000;
   const drain = () => ([...conns].some((c) => c.pending()) && Date.now() < flushed ? setTimeout(drain, 10) : Deno.exit(RESTART_STATUS));
   idle();
@@ -429,10 +436,14 @@ async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, i
 }
 
 async function runJsIn(w: Worker, plan: ExecPlan, env: Record<string, string>, cwd: string, io: RunIO): Promise<number> {
+  // [0] output bytes on their way (output_gate.ts), [1] set once the exec is over: drop any more.
+  const outflow = new SharedArrayBuffer(8);
+  const flow = new Int32Array(outflow);
   let killed = false;
   let answer = (_status: number) => {};
   io.setKiller((sig) => {
     killed = true;
+    Atomics.store(flow, 1, 1); // a Worker stuck printing in a loop posts nothing more
     answer(128 + sig);
     // A Worker that still answers messages is in its event loop and stops;
     // one that does not is stuck in a loop, which only a new process ends.
@@ -450,8 +461,6 @@ async function runJsIn(w: Worker, plan: ExecPlan, env: Record<string, string>, c
   // JavaScript reads its stdin whole (it is not blocking like Python's).
   const stdin = plan.needsStdin ? await io.allStdin() : new Uint8Array();
   if (killed) return 137;
-  const outflow = new SharedArrayBuffer(4);
-  const flow = new Int32Array(outflow);
   return await new Promise<number>((resolve) => {
     answer = resolve;
     w.onmessage = (e) => {

@@ -268,7 +268,8 @@ self.addEventListener("error", (e) => {
 self.onmessage = async (e: MessageEvent) => {
   if (e.data?.op === "alive?") return self.postMessage({ op: "alive" });
   const m = e.data as Run;
-  gate = new OutputGate(new Int32Array(m.outflow), () => finished);
+  const flow = new Int32Array(m.outflow);
+  gate = new OutputGate(flow.subarray(0, 1), () => finished || Atomics.load(flow, 1) !== 0);
   for (const en of m.tree) files.set(en.path, en);
   original = new Map(files);
   cwd = m.cwd;
