@@ -1,5 +1,6 @@
 #include "backends/drivers.hpp"
 
+#include "backends/deno/driver.hpp"
 #include "backends/microvm/driver.hpp"
 #include "backends/runsc/driver.hpp"
 #include "backends/subprocess/driver.hpp"
@@ -23,6 +24,8 @@ const DriverTable& builtin_drivers() {
       {"subprocess", "namespaces + overlayfs + cgroups + seccomp on this host", &subprocess::probe, &subprocess::make},
       {"runsc", "gVisor (runsc) containers: a user-space kernel between the code and the host", &runsc::probe, &runsc::make},
       {"microvm", "a micro-VM per sandbox (QEMU microvm or cloud-hypervisor) with its own guest kernel", &microvm::probe, &microvm::make},
+      {"deno", "Python (Pyodide) and JavaScript/TypeScript in a Deno process, files in SQLite; no root needed",
+       &deno::probe, &deno::make},
       {"remote", "forward to the sbx serve at SANDBOX_MANAGER_URL", &probe_remote, nullptr},
   };
   return table;

@@ -27,6 +27,9 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The deno driver's runtime: the pinned deno and pyodide npm packages.
+scripts/setup-deno.sh
+
 [[ "${1:-}" == "--no-build" ]] && exit 0
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSBX_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)"

@@ -25,7 +25,8 @@ echo "== man pages and completions in step with the flags"
 python3 tests/check_docs_in_step.py --help-cmd build/sbx
 
 echo "== integration tests (real sandboxes)"
-# The conformance tests run on every driver: the local subprocess driver, gVisor
-# (runsc) and through a real manager.
-SBX_TEST_DRIVERS=${SBX_TEST_DRIVERS:-subprocess,remote,runsc} SBX_BIN="$PWD/build/sbx" \
+# The conformance tests run on every driver: the local subprocess driver,
+# through a real manager, gVisor (runsc), micro-VMs (QEMU) and deno (where they
+# apply: the deno driver runs no shell; test_deno.py covers it).
+SBX_TEST_DRIVERS=${SBX_TEST_DRIVERS:-subprocess,remote,runsc,microvm,deno} SBX_BIN="$PWD/build/sbx" \
   /usr/bin/python3 -m pytest -q -rs tests/integration

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,18 @@ uint64_t start_time(pid_t pid) {
     ++s;
   }
   return std::strtoull(s, nullptr, 10);
+}
+
+void kill_pinned(pid_t pid, uint64_t start, int timeout_ms) {
+  if (pid <= 0 || start_time(pid) != start) return;
+  Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (pidfd && start_time(pid) == start) {
+    ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+    pollfd p{pidfd.get(), POLLIN, 0};
+    ::poll(&p, 1, timeout_ms);
+  } else if (!pidfd) {
+    ::kill(pid, SIGKILL);
+  }
 }
 
 RunResult run(const std::vector<std::string>& argv, const RunOptions& opts) {

@@ -18,6 +18,10 @@ namespace sbx::proc {
 /// Start time (clock ticks since boot) of pid, or 0 if it is gone or a zombie.
 uint64_t start_time(pid_t pid);
 
+/// SIGKILLs pid if it is still the process that started at `start` (a pidfd
+/// pins it, so a recycled pid is never hit) and waits up to timeout_ms for it to go.
+void kill_pinned(pid_t pid, uint64_t start, int timeout_ms = 5000);
+
 struct RunOptions {
   int timeout_ms = 30'000;           ///< SIGKILL the tool (and its process group) after this long
   int output_fd = -1;                ///< stdout+stderr go here instead of being captured

@@ -60,18 +60,7 @@ class SubprocessDriver : public Driver {
     // Killing the init ends the PID namespace (the kernel kills the rest) and
     // with it the mount namespace that holds the writable layer; the cgroup
     // sweep below catches anything that raced.
-    if (alive(rec)) {
-      // A pidfd pins the process: the kill cannot hit a recycled pid, and
-      // poll tells when it is gone without sleeping in steps.
-      Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, rec.agent_pid, 0)));
-      if (pidfd && proc::start_time(rec.agent_pid) == rec.agent_start) {
-        ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
-        pollfd p{pidfd.get(), POLLIN, 0};
-        ::poll(&p, 1, 5000);
-      } else if (!pidfd) {
-        ::kill(rec.agent_pid, SIGKILL);
-      }
-    }
+    proc::kill_pinned(rec.agent_pid, rec.agent_start);
     if (!rec.id.empty()) {
       cgroup::Group::open(scope_of(rec), rec.id).destroy();
       // The last sandbox of a state root takes the root's parent group with it

@@ -260,6 +260,8 @@ def test_privileged_syscalls_refused(sbx, sandbox):
         assert r.rc != 0, f"`{script}` succeeded inside the sandbox: {r!r}"
 
 
+@pytest.mark.skip_drivers(deno="Pyodide (the deno driver's Python) makes no system calls of its own (no libc "
+                               "syscall()); its confinement is tested in test_deno.py")
 def test_privileged_syscalls_refused_raw(sbx, sandbox):
     if platform.machine() != "x86_64":
         pytest.skip(f"raw syscall numbers below are for x86_64, not {platform.machine()}")
@@ -400,6 +402,8 @@ def test_parallel_creates_get_distinct_uid_ranges(sbx, driver):
 # --------------------------------------------------------------------------
 
 
+@pytest.mark.skip_drivers(deno="Pyodide (the deno driver's Python) has no AF_UNIX sockets; its network "
+                               "confinement is tested in test_deno.py")
 def test_host_abstract_unix_socket_unreachable(sbx, sandbox):
     # Abstract unix sockets belong to the network namespace, not the filesystem.
     name = "sbxit-" + secrets.token_hex(4)

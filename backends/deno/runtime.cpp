@@ -1,0 +1,159 @@
+#include "backends/deno/runtime.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/common/process.hpp"
+#include "core/error.hpp"
+#include "core/fsutil.hpp"
+
+namespace sbx::deno {
+
+namespace {
+
+std::string self_dir() {
+  char self[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  std::string dir(self, static_cast<size_t>(n));
+  return dir.substr(0, dir.rfind('/'));
+}
+
+std::string package_version(const std::string& dir) {
+  auto text = read_file_if_exists(dir + "/package.json");
+  if (!text) return "?";
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  return j.is_object() ? j.value("version", "?") : "?";
+}
+
+int64_t mtime_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? int64_t{st.st_mtim.tv_sec} : 0;
+}
+
+// FNV-1a: a stable short name for content, for cache entries.
+std::string fnv_hex(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+const char* kInstallHint = "run scripts/setup-deno.sh (npm installs the pinned deno and pyodide), or point SBX_DENO_HOME at its prefix";
+
+}  // namespace
+
+Runtime find_runtime() {
+  Runtime rt;
+  const char* env = std::getenv("SBX_DENO_HOME");
+  rt.home = env && *env ? env : SBX_DENO_HOME;
+  const std::string mods = rt.home + "/node_modules";
+#if defined(__aarch64__)
+  const std::string platform = "linux-arm64-glibc";
+#else
+  const std::string platform = "linux-x64-glibc";
+#endif
+  for (const std::string& p : {mods + "/@deno/" + platform + "/deno", mods + "/.bin/deno"})
+    if (::access(p.c_str(), X_OK) == 0) {
+      rt.deno = p;
+      break;
+    }
+  if (rt.deno.empty())
+    throw Error(Errc::not_found, "deno not found under " + mods).set_hint(kInstallHint);
+  rt.pyodide = mods + "/pyodide/";
+  if (!path_exists(rt.pyodide + "pyodide.mjs") || !path_exists(rt.pyodide + "pyodide.asm.wasm"))
+    throw Error(Errc::not_found, "pyodide not found at " + rt.pyodide).set_hint(kInstallHint);
+  rt.version = "deno " + package_version(mods + "/deno") + ", pyodide " + package_version(mods + "/pyodide");
+
+  std::string tried;
+  auto agent_at = [&](const std::string& d) {
+    tried += (tried.empty() ? "" : ", ") + d;
+    return path_exists(d + "/agent.ts");
+  };
+  const char* agent_env = std::getenv("SBX_DENO_AGENT");
+  std::string here = self_dir();
+  for (const std::string& d : {std::string(agent_env ? agent_env : ""), here.empty() ? "" : here + "/sbx-agent-deno",
+                               here.empty() ? "" : here + "/../libexec/sbx/sbx-agent-deno",
+                               std::string(SBX_LIBEXECDIR) + "/sbx-agent-deno"}) {
+    if (!d.empty() && agent_at(d)) {
+      rt.agent = d;
+      break;
+    }
+  }
+  if (rt.agent.empty())
+    throw Error(Errc::not_found, "the deno agent (agent.ts) was not found (looked in " + tried + ")")
+        .set_hint("build sbx (it copies agent-deno/ beside the binary), install it with `cmake --install`, or set SBX_DENO_AGENT");
+  return rt;
+}
+
+std::string ensure_snapshot(const Runtime& rt, const std::string& cache_dir, std::string* why) {
+  // Named after what it was made from: a new deno or pyodide makes a new one.
+  std::string name = "pyodide-" + std::to_string(mtime_of(rt.pyodide + "pyodide.asm.wasm")) + "-" +
+                     std::to_string(mtime_of(rt.deno)) + "-" + fnv_hex(read_file(rt.agent + "/snapshot.ts")) + ".snap";
+  std::string path = cache_dir + "/" + name;
+  if (path_exists(path)) return path;
+  make_dirs(cache_dir, 0755);
+  Fd lock = lock_file(cache_dir + "/.snapshot.lock");
+  if (path_exists(path)) return path;  // another sbx made it while we waited
+  proc::RunOptions opts;
+  opts.timeout_ms = 120'000;
+  auto r = proc::run({rt.deno, "run", "--quiet", "--no-prompt", "--allow-read=" + rt.pyodide + "," + cache_dir,
+                      "--allow-write=" + cache_dir, rt.agent + "/snapshot.ts", rt.pyodide, path},
+                     opts);
+  if (r.status != 0 || !path_exists(path)) {
+    if (why) *why = "making the Pyodide snapshot failed (exit " + std::to_string(r.status) + "): " + r.output;
+    return "";
+  }
+  return path;
+}
+
+std::string cache_dir() {
+  if (const char* env = std::getenv("SBX_DENO_CACHE"); env && *env) return env;
+  if (::geteuid() == 0) return "/var/cache/sbx/deno";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/sbx/deno";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/sbx/deno";
+}
+
+std::string stage_agent(const Runtime& rt, const std::string& cache) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(rt.agent.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() > 3 && n.substr(n.size() - 3) == ".ts") names.push_back(n);
+    }
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> texts;
+  std::string all;
+  for (auto& n : names) {
+    texts.push_back(read_file(rt.agent + "/" + n));
+    all += n + '\0' + texts.back();
+  }
+  std::string dir = cache + "/agent-" + fnv_hex(all);
+  if (path_exists(dir + "/agent.ts")) return dir;
+  make_dirs(cache, 0755);
+  Fd lock = lock_file(cache + "/.agent.lock");
+  if (path_exists(dir + "/agent.ts")) return dir;
+  std::string tmp = dir + ".tmp";
+  remove_tree(tmp);
+  make_dirs(tmp, 0755);
+  for (size_t i = 0; i < names.size(); ++i) write_file_atomic(tmp + "/" + names[i], texts[i], 0644);
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) throw sys_error("installing the deno agent in " + dir, errno);
+  return dir;
+}
+
+}  // namespace sbx::deno
