@@ -24,6 +24,8 @@ struct LaunchPlan {
   std::string workdir;                ///< created and owned by the sandbox's root
   std::string hostname = "sandbox";
   std::string agent_path;             ///< the sbx-agent binary on the host
+  std::string netns;                  ///< network namespace to join (a jail's); empty = a fresh loopback-only one
+  std::string resolv_conf;            ///< written to the sandbox's /etc/resolv.conf when not empty
 };
 
 struct Launched {
