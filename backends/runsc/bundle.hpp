@@ -20,6 +20,7 @@ struct BundlePlan {
   std::string hostname = "sandbox";
   bool own_tmp = true;                ///< rootfs/tmp is a real directory: bind it over gVisor's /tmp tmpfs
   bool confine = true;                ///< false adds --no-confine (only if gVisor refuses seccomp)
+  std::string netns;                  ///< a network jail's namespace file; empty = a fresh one (runsc --network=none)
 };
 
 /// Inside the container: where the agent binary and its socket live.

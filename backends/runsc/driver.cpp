@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -16,6 +17,8 @@
 
 #include "backends/common/cgroup.hpp"
 #include "backends/common/hostview.hpp"
+#include "backends/common/net/dns.hpp"
+#include "backends/common/net/jail.hpp"
 #include "backends/common/process.hpp"
 #include "backends/runsc/bundle.hpp"
 #include "backends/runsc/runsc.hpp"
@@ -91,6 +94,16 @@ class RunscDriver : public Driver {
     struct stat tst {};
     // lstat: an image's /tmp symlink must not send the bind somewhere on the host.
     plan.own_tmp = ::lstat((rootfs + "/tmp").c_str(), &tst) == 0 && S_ISDIR(tst.st_mode);
+    bool jailed = rec.spec.network == "jail";
+    if (jailed) {
+      // gVisor's netstack takes over the jail's eth0 (runsc --network=sandbox); the host filters it.
+      auto jail = net::setup(net::request_for(rec, cfg_, "runsc"));
+      rec.driver_data["netjail"] = net::describe(jail);
+      plan.netns = jail.netns;
+      std::string text = jail.resolv_conf();
+      if (int e = net::dns::write_resolv_conf((rootfs + "/etc").c_str(), text.data(), text.size()))
+        throw sys_error("writing the sandbox's /etc/resolv.conf", e);
+    }
     write_file_atomic(bundle + "/config.json", oci_spec(plan).dump(2), 0600, Durability::survive_process);
 
     // The sandbox's stdio (the agent's stderr) and runsc's own errors go to the log.
@@ -108,6 +121,15 @@ class RunscDriver : public Driver {
     // stub, and gVisor 20221219 cannot survive losing either, so the memory
     // limit ends the whole sandbox (the oom_kill counter still names the cause).
     auto args = global_args(bin, root, platform.name);
+    if (jailed) {
+      std::replace(args.begin(), args.end(), std::string("--network=none"), std::string("--network=sandbox"));
+      // This runsc decides "am I in the host's namespace?" by whether
+      // /proc/sys/net/core/rmem_default exists, which Linux >= 6.8 shows in
+      // every namespace (gVisor issue 10704), and then refuses the jail's.
+      // In a private mount namespace of runsc's own, an empty tmpfs hides /proc/sys/net.
+      args.insert(args.begin(), {"/usr/bin/unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                                 "mount -t tmpfs -o size=4k,mode=0555 sbx-hide /proc/sys/net && exec \"$@\"", "sh"});
+    }
     for (auto a : {"run", "--detach", "--bundle"}) args.push_back(a);
     args.push_back(bundle);
     args.push_back(rec.id);
@@ -167,6 +189,7 @@ class RunscDriver : public Driver {
       unmount(dir + "/rootfs");
       unmount(dir + "/layer");
     }
+    net::teardown(rec.id);
     cgroup::remove_scope_if_empty(scope);
   }
 
@@ -195,6 +218,7 @@ class RunscDriver : public Driver {
       if (!live_ids.count(id) && valid_sandbox_id(id) && (leaf == "rootfs" || leaf == "layer"))
         out.push_back("mount " + mp);
     }
+    for (auto& id : net::leftovers(cfg_.state_dir, "runsc", live_ids)) out.push_back("netjail " + id);
     return out;
   }
 
@@ -205,6 +229,8 @@ class RunscDriver : public Driver {
       destroy(ghost, "");
     } else if (what.rfind("mount ", 0) == 0) {
       unmount(what.substr(6));
+    } else if (what.rfind("netjail ", 0) == 0) {
+      net::teardown(what.substr(8));
     }
   }
 
