@@ -36,7 +36,7 @@ PUBLIC_A, PUBLIC_B, WORLD_DNS, HOST_SIDE = "198.51.100.10", "198.51.100.11", "19
 PRIVATE = {"10/8": "10.99.77.10", "192.168/16": "192.168.77.10", "172.16/12": "172.16.77.10",
            "100.64/10": "100.64.77.10", "cloud metadata": "169.254.169.254"}
 WORLD_PORT = 8080
-RUN_DIR = os.environ.get("SBX_NETJAIL_DIR", "/run/sbx/netjail")
+RUN_DIR = "/run/sbx/netjail"
 
 # Runs in the world's namespace: "hello <address>" over TCP on every address,
 # and a tiny DNS server (A records of two names, NXDOMAIN otherwise).

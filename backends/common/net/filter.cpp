@@ -99,11 +99,12 @@ std::string jail_script(const JailRules& j, bool add) {
   return s;
 }
 
-void run(const std::string& script, const char* what) {
+void run(const std::string& script, const char* what, bool dry_run) {
   std::unique_ptr<nft_ctx, CtxDeleter> ctx(nft_ctx_new(NFT_CTX_DEFAULT));
   if (!ctx) throw Error(Errc::internal, std::string(what) + ": cannot create an nftables context");
   nft_ctx_buffer_output(ctx.get());
   nft_ctx_buffer_error(ctx.get());
+  nft_ctx_set_dry_run(ctx.get(), dry_run);
   if (nft_run_cmd_from_buffer(ctx.get(), script.c_str()) != 0) {
     std::string err = nft_ctx_get_error_buffer(ctx.get());
     while (!err.empty() && err.back() == '\n') err.pop_back();

@@ -33,7 +33,8 @@ std::string jail_script(const JailRules& j, bool add);
 std::vector<Cidr4> merge(std::vector<Cidr4> nets);
 
 /// Runs an nft script through libnftables; throws with nft's own message.
-void run(const std::string& script, const char* what);
+/// dry_run: the kernel checks it but nothing changes.
+void run(const std::string& script, const char* what, bool dry_run = false);
 /// Whether the table exists.
 bool table_exists();
 /// Adds a jail's elements, creating the table first when it is missing.

@@ -225,10 +225,9 @@ json describe(const Jail& j) {
           {"gateway", ipv4_str(j.host_addr)}, {"dns_upstream", ipv4_str(j.dns_upstream)}};
 }
 
-std::string run_dir() {
-  if (const char* d = std::getenv("SBX_NETJAIL_DIR"); d && *d == '/') return d;
-  return "/run/sbx/netjail";
-}
+// Host-wide, never per state root: the filter table is host-wide too, and
+// "the last jail is gone" must count every jail on the host.
+std::string run_dir() { return "/run/sbx/netjail"; }
 
 std::string ifname_for(const std::string& id) { return filter::kIfPrefix + id.substr(id.size() > 12 ? id.size() - 12 : 0); }
 
