@@ -415,3 +415,17 @@ def test_gc_frees_a_jail_whose_sandbox_is_forgotten(world, net_sbx):
     out = net_sbx.run("gc", "--json").ok().out
     assert f"netjail {sid}" in out, out
     assert jail_traces([sid]) == []
+
+
+def test_sandbox_root_cannot_unjail_itself(world, net_sbx, jailed, net_driver):
+    sid = jailed()
+    gw = jail_info(net_sbx, sid)["gateway"]
+    # Root in the sandbox tries to take another address and a route of its own.
+    r = net_sbx.sh(sid, "ip addr add 203.0.113.7/32 dev eth0 && echo ADDR-CHANGED; "
+                        f"ip route add 10.99.77.10/32 via {gw} dev eth0 && echo ROUTE-CHANGED; true")
+    if net_driver == "subprocess":
+        # The namespace belongs to the host's root, not to the sandbox's user namespace.
+        assert "ADDR-CHANGED" not in r.out and "ROUTE-CHANGED" not in r.out, r
+    # Whatever gVisor's netstack let it do, the host still refuses what it sends from a forged address.
+    res = probe(net_sbx, sid, [f"10.99.77.10:{WORLD_PORT}", f"{PUBLIC_A}:{WORLD_PORT}"])
+    assert res[f"10.99.77.10:{WORLD_PORT}"].startswith("closed"), res
