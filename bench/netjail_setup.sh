@@ -31,7 +31,8 @@ ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"
 run() { # label json driver network runs
   hyperfine -N --warmup 3 --runs "$5" --prepare "$SBX --state-dir $state rm --all" \
     --cleanup "$SBX --state-dir $state rm --all" --export-json "$2" \
-    "$SBX --state-dir $state create --driver $3 --network $4" >/dev/null
+    "$SBX --state-dir $state create --driver $3 --network $4" >/dev/null 2>"$work/hyperfine.err" ||
+    { cat "$work/hyperfine.err" >&2; exit 1; }
   printf '%-40s %8.2f ms\n' "$1" "$(ms "$2")"
 }
 compare() { # driver runs
@@ -50,7 +51,7 @@ none, warm, cold = m("none"), m("warm"), m("cold")
 for label, v in (("warm", warm), ("cold", cold)):
     diff = v - none
     verdict = ("PASS" if diff <= 10 else "MISS") if label == "warm" else "(info)"
-    print(f"  jail {label}: +{diff:6.2f} ms over none, ratio {v / none:.2f}x  (target <= +10 ms) {verdict}")
+    print(f"  jail {label}: {diff:+7.2f} ms over none, ratio {v / none:.2f}x  (target <= +10 ms) {verdict}")
 PY
 }
 
