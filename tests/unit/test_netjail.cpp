@@ -81,6 +81,19 @@ TEST_CASE("netjail: names and addresses of a jail", "[netjail]") {
   CHECK(j.resolv_conf().find("nameserver 10.213.0.1\n") != std::string::npos);
 }
 
+TEST_CASE("netjail: a pool that overlaps a host route is refused", "[netjail]") {
+  const std::string routes =
+      "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+      "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"   // default via 192.0.2.1
+      "eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"   // 192.0.2.0/24
+      "docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"  // 172.17.0.0/16
+      "sbxabcdefghijkl\t0000D50A\t00000000\t0001\t0\t0\t0\tFCFFFFFF\t0\t0\t0\n";  // a jail's 10.213.0.0/30
+  CHECK(net::pool_clash(*sbx::parse_cidr4("10.213.0.0/16"), routes).empty());
+  CHECK(net::pool_clash(*sbx::parse_cidr4("172.16.0.0/12"), routes) == "172.17.0.0/16 dev docker0");
+  CHECK(net::pool_clash(*sbx::parse_cidr4("172.17.5.0/24"), routes) == "172.17.0.0/16 dev docker0");
+  CHECK(net::pool_clash(*sbx::parse_cidr4("192.0.2.128/25"), routes) == "192.0.2.0/24 dev eth0");
+}
+
 TEST_CASE("netjail dns: the host's first IPv4 nameserver", "[netjail]") {
   CHECK(net::dns::first_nameserver("# comment\nsearch x\nnameserver fd00::53\nnameserver 10.255.255.53\nnameserver 1.1.1.1\n") ==
         *sbx::parse_ipv4("10.255.255.53"));

@@ -1,5 +1,6 @@
 #include "backends/common/net/jail.hpp"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/if.h>
@@ -15,6 +16,7 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -233,8 +235,32 @@ std::string ifname_for(const std::string& id) { return filter::kIfPrefix + id.su
 
 uint32_t block_of(const Cidr4& pool, uint64_t i) { return pool.addr + static_cast<uint32_t>(i * 4); }
 
+std::string pool_clash(const Cidr4& pool, const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string iface, dst, gw, flags, refcnt, use, metric, mask;
+    if (!(f >> iface >> dst >> gw >> flags >> refcnt >> use >> metric >> mask)) continue;
+    if (iface.rfind(filter::kIfPrefix, 0) == 0) continue;
+    // The file holds addresses in network byte order, printed as a host-order hex word.
+    uint32_t d = ntohl(static_cast<uint32_t>(std::stoul(dst, nullptr, 16)));
+    uint32_t m = ntohl(static_cast<uint32_t>(std::stoul(mask, nullptr, 16)));
+    int prefix = __builtin_popcount(m);
+    if (prefix == 0) continue;  // the default route: where jails go out, no clash
+    Cidr4 route{d & m, prefix};
+    bool overlap = route.prefix <= pool.prefix ? route.contains(pool.addr) : pool.contains(route.addr);
+    if (overlap) return route.str() + " dev " + iface;
+  }
+  return "";
+}
+
 Jail setup(const JailRequest& req) {
   if (req.pool.prefix > 30) throw Error(Errc::invalid_argument, "network pool " + req.pool.str() + " is smaller than a /30");
+  if (auto clash = pool_clash(req.pool, read_file_if_exists("/proc/net/route").value_or("")); !clash.empty())
+    throw Error(Errc::conflict, "network pool " + req.pool.str() + " overlaps this host's route " + clash)
+        .set_hint("set network.pool (or SBX_NET_POOL) to a range no route or address of the host uses");
   Jail j;
   j.id = req.id;
   j.ifname = ifname_for(req.id);

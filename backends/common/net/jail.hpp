@@ -74,6 +74,10 @@ std::string ifname_for(const std::string& id);
 /// The i-th /30 of pool (host byte order network address).
 uint32_t block_of(const Cidr4& pool, uint64_t i);
 
+/// The first route of a /proc/net/route text that overlaps pool and is not a
+/// jail's own (nor the default route), as "a.b.c.d/n dev IF"; empty when none.
+std::string pool_clash(const Cidr4& pool, const std::string& proc_net_route);
+
 /// Builds a jail. On failure leaves nothing behind and throws.
 Jail setup(const JailRequest& req);
 /// Removes everything of sandbox id's jail (filter elements, link, namespace,
