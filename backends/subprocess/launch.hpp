@@ -1,8 +1,9 @@
 // Starting a sandbox's init (the agent) in fresh namespaces: a private mount
 // tree (tmpfs-backed overlay over the read-only base, fresh /proc, minimal
 // /dev), its own PID, network (loopback only, or a network jail's
-// namespace joined by setns), IPC, UTS and cgroup namespaces, and a user namespace that maps the sandbox's root to an
-// unprivileged host uid range of its own.
+// namespace joined by setns), IPC, UTS and cgroup namespaces, and a user
+// namespace that maps the sandbox's root to an unprivileged host uid range
+// of its own.
 #pragma once
 
 #include <sys/types.h>
