@@ -124,8 +124,8 @@ class RunscDriver : public Driver {
     if (jailed) {
       std::replace(args.begin(), args.end(), std::string("--network=none"), std::string("--network=sandbox"));
       // This runsc decides "am I in the host's namespace?" by whether
-      // /proc/sys/net/core/rmem_default exists, which Linux >= 6.8 shows in
-      // every namespace (gVisor issue 10704), and then refuses the jail's.
+      // /proc/sys/net/core/rmem_default exists, which recent Linux (6.11 on)
+      // shows in every namespace (gVisor issue 10704), and then refuses the jail's.
       // In a private mount namespace of runsc's own, an empty tmpfs hides /proc/sys/net.
       args.insert(args.begin(), {"/usr/bin/unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
                                  "mount -t tmpfs -o size=4k,mode=0555 sbx-hide /proc/sys/net && exec \"$@\"", "sh"});
