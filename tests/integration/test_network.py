@@ -105,15 +105,17 @@ def ip(*args, check=True, ns=None) -> subprocess.CompletedProcess:
 
 
 def host_addresses() -> tuple[list[str], list[str]]:
-    """The host's own global IPv4 and IPv6 addresses (from `ip -j addr`)."""
+    """The host's own global IPv4 and IPv6 addresses, and its IPv6 link-local ones
+    written as seen over the jail's eth0 (from `ip -j addr`)."""
     v4, v6 = [], []
     for link in json.loads(ip("-j", "addr").stdout):
         if link["ifname"].startswith("sbx"):
             continue
         for a in link.get("addr_info", []):
-            if a.get("scope") != "global":
-                continue
-            (v4 if a["family"] == "inet" else v6).append(a["local"])
+            if a.get("scope") == "link" and a["family"] == "inet6":
+                v6.append(a["local"] + "%eth0")
+            elif a.get("scope") == "global":
+                (v4 if a["family"] == "inet" else v6).append(a["local"])
     return v4, v6
 
 
@@ -325,7 +327,8 @@ def test_jail_reaches_public_hosts_only(world, net_sbx, jailed):
     info = jail_info(net_sbx, sid)
     blocked = private_targets(world, info["gateway"])
     # The host reaches its own listener on every one of its addresses.
-    for a in {HOST_SIDE, *host_addresses()[0]}:
+    v4, v6 = host_addresses()
+    for a in {HOST_SIDE, *v4, *[a for a in v6 if "%" not in a]}:
         assert host_connect(a, world.host_port) == "hello host"
     res = probe(net_sbx, sid, [f"{PUBLIC_A}:{WORLD_PORT}", f"{PUBLIC_B}:{WORLD_PORT}", *blocked])
     assert res[f"{PUBLIC_A}:{WORLD_PORT}"] == f"open hello {PUBLIC_A}", res
