@@ -7,8 +7,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <exception>
 #include <chrono>
 #include <cstring>
 #include <fcntl.h>
@@ -52,6 +55,31 @@ void unmount(const std::string& path) {
 std::string str(const SandboxRecord& rec, const char* key, const std::string& dflt) {
   auto it = rec.driver_data.find(key);
   return it != rec.driver_data.end() && it->is_string() ? it->get<std::string>() : dflt;
+}
+
+// Runs a tool from a thread of its own whose private mount namespace covers
+// /proc/sys/net with an empty tmpfs; the tool (and what it leaves running)
+// inherits that namespace, the rest of sbx and the host never see it.
+proc::RunResult run_hiding_proc_sys_net(const std::vector<std::string>& args, const proc::RunOptions& o) {
+  proc::RunResult r;
+  std::exception_ptr failure;
+  std::thread t([&] {
+    try {
+      // CLONE_FS first: a thread shares its filesystem context, and only an unshared one may get a mount namespace.
+      if (::unshare(CLONE_FS | CLONE_NEWNS) != 0) throw sys_error("creating a mount namespace for runsc", errno);
+      // Private before anything is mounted: the tmpfs must not propagate to the host's /proc.
+      if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+        throw sys_error("making runsc's mounts private", errno);
+      if (::mount("sbx-hide", "/proc/sys/net", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") != 0)
+        throw sys_error("hiding /proc/sys/net from runsc", errno);
+      r = proc::run(args, o);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  t.join();
+  if (failure) std::rethrow_exception(failure);
+  return r;
 }
 
 class RunscDriver : public Driver {
@@ -126,14 +154,12 @@ class RunscDriver : public Driver {
       // This runsc decides "am I in the host's namespace?" by whether
       // /proc/sys/net/core/rmem_default exists, which recent Linux (6.11 on)
       // shows in every namespace (gVisor issue 10704), and then refuses the jail's.
-      // In a private mount namespace of runsc's own, an empty tmpfs hides /proc/sys/net.
-      args.insert(args.begin(), {"/usr/bin/unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-                                 "mount -t tmpfs -o size=4k,mode=0555 sbx-hide /proc/sys/net && exec \"$@\"", "sh"});
+      // run_hiding_proc_sys_net starts it where an empty tmpfs hides /proc/sys/net.
     }
     for (auto a : {"run", "--detach", "--bundle"}) args.push_back(a);
     args.push_back(bundle);
     args.push_back(rec.id);
-    auto r = proc::run(args, o);
+    auto r = jailed ? run_hiding_proc_sys_net(args, o) : proc::run(args, o);
     if (r.timed_out)
       throw Error(Errc::timeout, "runsc did not start the sandbox within " + std::to_string(kStartTimeoutMs / 1000) +
                                      " s on platform " + platform.name + " (" + platform.why + ")")
