@@ -1,57 +1,68 @@
 #!/usr/bin/env bash
-# Side by side, in one run: `sbx create --network jail` vs `sbx create --network none`
-# (each sandbox removed again between timed runs, untimed). Target: the jail adds <= 10 ms.
+# Side by side, in one run: `sbx create --network jail` vs `sbx create --network none`.
+# Target: the jail adds <= 10 ms to create.
+# Creates alternate (none, jail, none, jail, ...) so a busy host slows both alike;
+# each sandbox is removed again, untimed. Two cases:
 #   warm: another jail is up on the host, so its nftables table exists (the usual case)
 #   cold: no other jail, so each create also builds the table and each rm deletes it
-# Prints each mean, the difference and the ratio, per driver (runsc when installed).
-# Needs root; installs hyperfine from Debian if missing. Sends no packet anywhere.
+# Prints the medians, the median of the paired differences and the ratio, per
+# driver (runsc when installed). Needs root. Sends no packet anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SBX=${SBX_BIN:-$PWD/build/sbx}
 RUNS=${RUNS:-40}
-RUNS_RUNSC=${RUNS_RUNSC:-10}
-dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null; }
+RUNS_RUNSC=${RUNS_RUNSC:-12}
 [[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
-state="$work/state"
-anchor_state="$work/anchor"
 export USE_REMOTE_SANDBOX=false LOCAL_SANDBOX_BACKEND=subprocess SBX_CONFIG=/dev/null
 # The jail's DNS forwarding rule needs an upstream; no query is ever sent here.
 export SBX_NET_DNS=${SBX_NET_DNS:-192.0.2.53}
 cleanup() {
-  "$SBX" --state-dir "$state" rm --all >/dev/null 2>&1 || true
-  "$SBX" --state-dir "$anchor_state" rm --all >/dev/null 2>&1 || true
+  for s in "$work/state" "$work/anchor"; do "$SBX" --state-dir "$s" rm --all >/dev/null 2>&1 || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
-run() { # label json driver network runs
-  hyperfine -N --warmup 3 --runs "$5" --prepare "$SBX --state-dir $state rm --all" \
-    --cleanup "$SBX --state-dir $state rm --all" --export-json "$2" \
-    "$SBX --state-dir $state create --driver $3 --network $4" >/dev/null 2>"$work/hyperfine.err" ||
-    { cat "$work/hyperfine.err" >&2; exit 1; }
-  printf '%-40s %8.2f ms\n' "$1" "$(ms "$2")"
-}
 compare() { # driver runs
-  local d=$1 n=$2
-  echo "== $d: create, $n runs each"
-  run "create --network none" "$work/$d-none.json" "$d" none "$n"
-  run "create --network jail (cold: no other jail)" "$work/$d-cold.json" "$d" jail "$n"
-  anchor=$("$SBX" --state-dir "$anchor_state" create --driver subprocess --network jail)
-  run "create --network jail (warm: a jail is up)" "$work/$d-warm.json" "$d" jail "$n"
-  "$SBX" --state-dir "$anchor_state" rm "$anchor" >/dev/null
-  python3 - "$work" "$d" <<'PY'
-import json, sys
-w, d = sys.argv[1], sys.argv[2]
-m = lambda n: json.load(open(f"{w}/{d}-{n}.json"))["results"][0]["mean"] * 1000
-none, warm, cold = m("none"), m("warm"), m("cold")
-for label, v in (("warm", warm), ("cold", cold)):
-    diff = v - none
+  echo "== $1: create, $2 alternating pairs per case"
+  python3 - "$SBX" "$work" "$1" "$2" <<'PY'
+import statistics, subprocess, sys, time
+sbx, work, driver, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+state = f"{work}/state"
+
+def sbx_run(*args, state_dir=state):
+    r = subprocess.run([sbx, "--state-dir", state_dir, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"bench: sbx {' '.join(args)} failed: {r.stderr.strip()}")
+    return r.stdout.strip()
+
+def timed_create(network):
+    t0 = time.perf_counter()
+    sid = sbx_run("create", "--driver", driver, "--network", network)
+    ms = (time.perf_counter() - t0) * 1000
+    sbx_run("rm", sid)
+    return ms
+
+def case(label):
+    for _ in range(3):  # warm-up: caches, the skeleton, runsc's platform choice
+        timed_create("none"); timed_create("jail")
+    none, jail = [], []
+    for _ in range(runs):
+        none.append(timed_create("none"))
+        jail.append(timed_create("jail"))
+    diff = statistics.median(j - n for j, n in zip(jail, none))
+    mn, mj = statistics.median(none), statistics.median(jail)
     verdict = ("PASS" if diff <= 10 else "MISS") if label == "warm" else "(info)"
-    print(f"  jail {label}: {diff:+7.2f} ms over none, ratio {v / none:.2f}x  (target <= +10 ms) {verdict}")
+    print(f"  {label}: none {mn:7.2f} ms, jail {mj:7.2f} ms: jail adds {diff:+6.2f} ms "
+          f"(ratio {mj / mn:.2f}x; target <= +10 ms) {verdict}")
+
+case("cold")
+anchor = sbx_run("create", "--driver", "subprocess", "--network", "jail", state_dir=f"{work}/anchor")
+try:
+    case("warm")
+finally:
+    sbx_run("rm", anchor, state_dir=f"{work}/anchor")
 PY
 }
 
