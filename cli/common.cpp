@@ -33,6 +33,9 @@ void add_spec_flags(CLI::App* sub, SpecFlags& f) {
   sub->add_flag("--persistent", f.persistent, "never collected by idle or TTL gc");
   // One value per occurrence: `-l a=1 ID` must not swallow the id as a second label.
   sub->add_option("-l,--label", f.labels, "label KEY=VALUE (repeatable)")->type_name("KEY=VALUE")->allow_extra_args(false);
+  sub->add_option("--allow", f.allow, "with --network jail: reach only this network or domain (repeatable)")
+      ->type_name("CIDR|DOMAIN")
+      ->allow_extra_args(false);
 }
 
 std::map<std::string, std::string> parse_key_values(const std::vector<std::string>& items, const char* what) {
@@ -78,6 +81,7 @@ SandboxSpec spec_from_flags(const SpecFlags& f) {
   s.env = parse_key_values(f.env, "--env");
   s.labels = parse_key_values(f.labels, "--label");
   s.workdir = f.workdir;
+  s.allow = f.allow;
   return s;
 }
 

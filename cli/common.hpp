@@ -32,6 +32,7 @@ struct SpecFlags {
   std::string driver, image, memory, pids, cpus, disk, network, idle_timeout, ttl, workdir;
   bool persistent = false;
   std::vector<std::string> env, labels;
+  std::vector<std::string> allow;
 };
 
 void add_global_flags(CLI::App& app, Globals& g);

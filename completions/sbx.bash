@@ -8,7 +8,7 @@ _sbx_networks="none jail"
 _sbx_log_formats="plain json"
 _sbx_global_opts="--config --state-dir -h --help"
 _sbx_create_opts="--driver --image --memory --pids --cpus --disk --network
-    --idle-timeout --ttl --persistent -e --env -l --label -w --workdir"
+    --idle-timeout --ttl --persistent -e --env -l --label -w --workdir --allow"
 
 # Ids of existing sandboxes; honours --config/--state-dir already on the line.
 _sbx_ids()
@@ -61,7 +61,7 @@ _sbx()
             --driver | --image | --memory | --pids | --cpus | --disk | \
             --network | --idle-timeout | --ttl | -e | --env | -l | --label | \
             -w | --workdir | --timeout | --max-size | --filter | --listen | \
-            --tls-cert | --tls-key | --log-format | --api-key-file)
+            --tls-cert | --tls-key | --log-format | --api-key-file | --allow)
                 ((i++)) ;;
             -f) [[ $sub == ls ]] && ((i++)) ;;
             -*) ;;
@@ -100,7 +100,7 @@ _sbx()
             fi
             ;;
         --memory | --disk | --max-size | --pids | --cpus | --idle-timeout | \
-        --ttl | --timeout | -e | --env | -l | --label | -w | --workdir | --listen)
+        --ttl | --timeout | -e | --env | -l | --label | -w | --workdir | --listen | --allow)
             return ;;
         -f | --filter)
             if [[ $sub == ls ]]; then

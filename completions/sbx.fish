@@ -42,7 +42,7 @@ function __sbx_args
         switch $t
             case --config --state-dir --driver --image --memory --pids --cpus --disk --network \
                 --idle-timeout --ttl -e --env -l --label -w --workdir --timeout --max-size --filter \
-                --listen --tls-cert --tls-key --log-format --api-key-file
+                --listen --tls-cert --tls-key --log-format --api-key-file --allow
                 set skip 1
             case -f
                 test "$sub" = ls; and set skip 1
@@ -116,6 +116,7 @@ complete -c sbx -n $c -l pids -x -d 'Maximum number of processes (default 256)'
 complete -c sbx -n $c -l cpus -x -d 'CPU cap in cores (default 1)'
 complete -c sbx -n $c -l disk -x -d 'Size cap of the writable layer (default 1G)'
 complete -c sbx -n $c -l network -x -a 'none jail' -d 'Network mode (default none)'
+complete -c sbx -n $c -l allow -x -d 'With --network jail: reach only this network or domain (CIDR|DOMAIN)'
 complete -c sbx -n $c -l idle-timeout -x -d 'Collect after this long idle; 0 = never (default 10m)'
 complete -c sbx -n $c -l ttl -x -d 'Collect this long after creation; 0 = never (default 0)'
 complete -c sbx -n $c -l persistent -d 'Never collected by idle or TTL gc'

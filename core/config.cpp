@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.hpp"
+#include "core/netaddr.hpp"
 #include "core/fsutil.hpp"
 #include "core/units.hpp"
 
@@ -29,12 +30,14 @@ constexpr uint64_t kIdsPerRange = 65536;
 const std::vector<std::string> kTopKeys = {
     "use_remote_sandbox", "remote_sandbox_backend", "local_sandbox_backend", "sandbox_manager_url",
     "admin_api_key",      "admin_api_key_file",     "state_dir",             "uid_base",
-    "cp_max_size",        "defaults",               "server",                "pool"};
+    "cp_max_size",        "defaults",               "server",                "pool",
+    "network"};
 const std::vector<std::string> kDefaultsKeys = {"memory", "pids", "cpus", "disk",
                                                 "network", "idle_timeout", "ttl"};
 const std::vector<std::string> kServerKeys = {"listen",  "tls_cert", "tls_key", "log_format",
                                               "api_keys", "max_sandboxes_per_key", "max_execs_per_key",
                                               "reap_interval", "drain_timeout"};
+const std::vector<std::string> kNetworkKeys = {"pool", "dns"};
 const std::vector<std::string> kApiKeyKeys = {"name", "key", "key_file", "permissions"};
 
 std::string lower(std::string_view s) {
@@ -96,11 +99,12 @@ void collect(const YAML::Node& map, const std::string& prefix, const std::vector
     if (!seen.insert(key).second)
       throw Error(Errc::invalid_argument, "key '" + key + "' appears twice in " + file + " (line " +
                                               std::to_string(line) + ")");
-    if (key == "defaults" || key == "server") {
+    if (key == "defaults" || key == "server" || key == "network") {
       if (kv.second.IsNull()) continue;
       if (!kv.second.IsMap())
         throw Error(Errc::invalid_argument, "'" + key + "' in " + at + " must be a mapping of keys");
-      collect(kv.second, key + ".", key == "server" ? kServerKeys : kDefaultsKeys, file, out, seen);
+      collect(kv.second, key + ".", key == "server" ? kServerKeys : key == "network" ? kNetworkKeys : kDefaultsKeys, file,
+              out, seen);
       continue;
     }
     if (key == "pool") {
@@ -432,6 +436,25 @@ void set_pool(Config& c, const Resolver& r, const std::vector<std::string>& file
   }
 }
 
+// The network jail's address pool and DNS upstream (network.pool / SBX_NET_POOL, network.dns / SBX_NET_DNS).
+void set_network(Config& c, const Resolver& r) {
+  if (auto s = r.pick("SBX_NET_POOL", "network.pool")) {
+    auto p = parse_cidr4(s->text);
+    if (!p || p->prefix > 30 || p->prefix < 8)
+      throw Error(Errc::invalid_argument, s->label + ": '" + s->text + "' is not an IPv4 network between /8 and /30")
+          .set_hint("use a range no host route or address uses, e.g. 10.213.0.0/16 (check `ip route`)");
+    c.net_pool = p->str();
+    c.origin["network.pool"] = s->origin;
+  }
+  if (auto s = r.pick("SBX_NET_DNS", "network.dns")) {
+    if (!parse_ipv4(s->text))
+      throw Error(Errc::invalid_argument, s->label + ": '" + s->text + "' is not an IPv4 address")
+          .set_hint("name the resolver jailed sandboxes' DNS is forwarded to, e.g. 192.0.2.53");
+    c.net_dns = s->text;
+    c.origin["network.dns"] = s->origin;
+  }
+}
+
 Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::string& file_name) {
   FileValues file;
   if (yaml_text) file = parse_yaml(*yaml_text, file_name);
@@ -444,7 +467,8 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
   for (const char* k : {"use_remote_sandbox", "remote_sandbox_backend", "local_sandbox_backend",
                         "sandbox_manager_url", "admin_api_key", "state_dir", "driver", "config_file",
                         "uid_base", "cp_max_size", "defaults.memory", "defaults.pids", "defaults.cpus",
-                        "defaults.disk", "defaults.network", "defaults.idle_timeout", "defaults.ttl"})
+                        "defaults.disk", "defaults.network", "defaults.idle_timeout", "defaults.ttl", "network.pool",
+                        "network.dns"})
     c.origin[k] = "default";
 
   if (auto s = r.pick("USE_REMOTE_SANDBOX", "use_remote_sandbox")) {
@@ -507,6 +531,7 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
   set_defaults(c, r);
   set_server(c, r);
   set_pool(c, r, file_keys);
+  set_network(c, r);
   return c;
 }
 

@@ -48,6 +48,8 @@ struct Config {
   uint64_t default_idle_timeout_s = 600;  ///< ephemeral sandboxes idle this long are collected
   uint64_t default_ttl_s = 0;             ///< 0 = no TTL
   std::string default_network = "none";
+  std::string net_pool = "10.213.0.0/16"; ///< network.pool / SBX_NET_POOL: where jails' /30 links come from
+  std::string net_dns;                    ///< network.dns / SBX_NET_DNS: jails' DNS upstream; empty = the host's first
 
   uint32_t uid_base = 1u << 30;           ///< first host uid of sandbox id ranges (65536 ids each)
   uint64_t cp_max_bytes = 1ull << 30;     ///< cap on one `sbx cp` transfer

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/netaddr.hpp"
 #include "core/units.hpp"
 
 namespace sbx {
@@ -52,11 +53,12 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
   if (spec.idle_timeout_s == kUseDefault) spec.idle_timeout_s = cfg.default_idle_timeout_s;
   if (spec.ttl_s == kUseDefault) spec.ttl_s = cfg.default_ttl_s;
   if (spec.network.empty()) spec.network = cfg.default_network;
-  if (spec.network == "jail")
-    throw Error(Errc::unavailable, "network mode 'jail' is not available in this build yet")
-        .set_hint("use --network none (loopback only)");
   if (spec.network != "none" && spec.network != "jail")
     throw Error(Errc::invalid_argument, "unknown network mode '" + spec.network + "'").set_hint("modes: none, jail");
+  if (!spec.allow.empty() && spec.network != "jail")
+    throw Error(Errc::invalid_argument, "an allowlist needs the network jail")
+        .set_hint("add --network jail (with --network none the sandbox reaches nothing)");
+  for (auto& a : spec.allow) a = normalize_allow_entry(a);
   if (spec.workdir.empty()) spec.workdir = "/work";
   if (spec.workdir.front() != '/')
     throw Error(Errc::invalid_argument, "workdir must be an absolute path, not '" + spec.workdir + "'");

@@ -116,6 +116,7 @@ json spec_request_json(const SandboxSpec& spec) {
   if (!spec.env.empty()) j["env"] = spec.env;
   if (!spec.labels.empty()) j["labels"] = spec.labels;
   if (!spec.workdir.empty()) j["workdir"] = spec.workdir;
+  if (!spec.allow.empty()) j["allow"] = spec.allow;
   return j;
 }
 

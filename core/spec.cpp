@@ -76,11 +76,12 @@ void to_json(json& j, const SandboxSpec& s) {
            {"limits", s.limits},           {"network", s.network},
            {"idle_timeout_s", s.idle_timeout_s}, {"ttl_s", s.ttl_s},
            {"persistent", s.persistent},   {"env", s.env},
-           {"labels", s.labels},           {"workdir", s.workdir}};
+           {"labels", s.labels},           {"workdir", s.workdir},
+           {"allow", s.allow}};
 }
 void from_json(const json& j, SandboxSpec& s) {
   reject_unknown_fields(j, {"driver", "image", "limits", "network", "idle_timeout_s", "ttl_s", "persistent",
-                            "env", "labels", "workdir"},
+                            "env", "labels", "workdir", "allow"},
                         "sandbox spec");
   opt(j, "driver", s.driver);
   opt(j, "image", s.image);
@@ -92,6 +93,7 @@ void from_json(const json& j, SandboxSpec& s) {
   opt(j, "env", s.env);
   opt(j, "labels", s.labels);
   opt(j, "workdir", s.workdir);
+  opt(j, "allow", s.allow);
 }
 
 void to_json(json& j, const SandboxRecord& r) {

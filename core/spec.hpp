@@ -37,6 +37,7 @@ struct SandboxSpec {
   std::map<std::string, std::string> env;   ///< default environment of every exec
   std::map<std::string, std::string> labels;
   std::string workdir = "/work";            ///< default cwd of every exec, created at start
+  std::vector<std::string> allow;           ///< network jail allowlist (a.b.c.d/n or domain names); empty = any public destination
 };
 
 /// pooled: started by the warm pool (core/pool.hpp), ready and not yet handed to anyone.

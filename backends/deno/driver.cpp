@@ -161,6 +161,14 @@ class DenoDriver : public Driver {
   explicit DenoDriver(const Config& cfg) : cfg_(cfg) {}
 
   void start(SandboxRecord& rec, const std::string& dir) override {
+    // Refused rather than ignored: a caller who asked for public egress must
+    // not get a sandbox that silently has none.
+    if (rec.spec.network != "none")
+      throw Error(Errc::unavailable, "network mode '" + rec.spec.network + "' is not available on the deno driver")
+          .set_hint("use --network none (deno sandboxes have no network), or the subprocess or runsc driver for the jail");
+    if (!rec.spec.image.empty())
+      throw Error(Errc::unavailable, "--image does not apply to the deno driver: its files live in SQLite")
+          .set_hint("drop --image, or use the subprocess or runsc driver");
     Runtime rt = find_runtime();
     std::string cache = cache_dir();
     std::string agent = stage_agent(rt, cache);

@@ -57,6 +57,9 @@ json oci_spec(const BundlePlan& plan) {
        {{"namespaces", json::array({{{"type", "pid"}}, {{"type", "network"}}, {{"type", "ipc"}}, {{"type", "uts"}},
                                     {{"type", "mount"}}})}}},
   };
+  if (!plan.netns.empty())
+    for (auto& ns : spec["linux"]["namespaces"])
+      if (ns["type"] == "network") ns["path"] = plan.netns;
   return spec;
 }
 

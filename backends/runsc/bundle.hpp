@@ -24,6 +24,7 @@ struct BundlePlan {
   /// /tmp off gVisor's default sentry-memory tmpfs, in the size-capped layer.
   std::vector<std::string> rw_dirs;
   bool confine = true;                ///< false adds --no-confine (only if gVisor refuses seccomp)
+  std::string netns;                  ///< a network jail's namespace file; empty = a fresh one (runsc --network=none)
 };
 
 /// Inside the container: where the agent binary and its socket live.

@@ -7,8 +7,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <exception>
 #include <chrono>
 #include <cstring>
 #include <fcntl.h>
@@ -17,6 +20,8 @@
 
 #include "backends/common/cgroup.hpp"
 #include "backends/common/hostview.hpp"
+#include "backends/common/net/dns.hpp"
+#include "backends/common/net/jail.hpp"
 #include "backends/common/process.hpp"
 #include "backends/runsc/bundle.hpp"
 #include "backends/runsc/runsc.hpp"
@@ -69,6 +74,31 @@ bool is_regular(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// Runs a tool from a thread of its own whose private mount namespace covers
+// /proc/sys/net with an empty tmpfs; the tool (and what it leaves running)
+// inherits that namespace, the rest of sbx and the host never see it.
+proc::RunResult run_hiding_proc_sys_net(const std::vector<std::string>& args, const proc::RunOptions& o) {
+  proc::RunResult r;
+  std::exception_ptr failure;
+  std::thread t([&] {
+    try {
+      // CLONE_FS first: a thread shares its filesystem context, and only an unshared one may get a mount namespace.
+      if (::unshare(CLONE_FS | CLONE_NEWNS) != 0) throw sys_error("creating a mount namespace for runsc", errno);
+      // Private before anything is mounted: the tmpfs must not propagate to the host's /proc.
+      if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+        throw sys_error("making runsc's mounts private", errno);
+      if (::mount("sbx-hide", "/proc/sys/net", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") != 0)
+        throw sys_error("hiding /proc/sys/net from runsc", errno);
+      r = proc::run(args, o);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  t.join();
+  if (failure) std::rethrow_exception(failure);
+  return r;
+}
+
 class RunscDriver : public Driver {
  public:
   explicit RunscDriver(const Config& cfg) : cfg_(cfg) {}
@@ -114,6 +144,16 @@ class RunscDriver : public Driver {
     hostview::check_own_dirs(lower, plan.rw_dirs);
     for (auto& d : plan.rw_dirs) make_dirs(rootfs + d, 0755);
     plan.file_binds = statx_workarounds(plan, platform.name);
+    bool jailed = rec.spec.network == "jail";
+    if (jailed) {
+      // gVisor's netstack takes over the jail's eth0 (runsc --network=sandbox); the host filters it.
+      auto jail = net::setup(net::request_for(rec, cfg_, "runsc"));
+      rec.driver_data["netjail"] = net::describe(jail);
+      plan.netns = jail.netns;
+      std::string text = jail.resolv_conf();
+      if (int e = net::dns::write_resolv_conf((rootfs + "/etc").c_str(), text.data(), text.size()))
+        throw sys_error("writing the sandbox's /etc/resolv.conf", e);
+    }
     write_file_atomic(bundle + "/config.json", oci_spec(plan).dump(2), 0600, Durability::survive_process);
 
     // The sandbox's stdio (the agent's stderr) and runsc's own errors go to the log.
@@ -131,13 +171,20 @@ class RunscDriver : public Driver {
     // stub, and gVisor 20221219 cannot survive losing either, so the memory
     // limit ends the whole sandbox (the oom_kill counter still names the cause).
     auto args = global_args(bin, root, platform.name);
+    if (jailed) {
+      std::replace(args.begin(), args.end(), std::string("--network=none"), std::string("--network=sandbox"));
+      // This runsc decides "am I in the host's namespace?" by whether
+      // /proc/sys/net/core/rmem_default exists, which recent Linux (6.11 on)
+      // shows in every namespace (gVisor issue 10704), and then refuses the jail's.
+      // run_hiding_proc_sys_net starts it where an empty tmpfs hides /proc/sys/net.
+    }
     // --pid-file rather than a `runsc state` afterwards: another runsc start costs ~40 ms.
     for (auto a : {"run", "--detach", "--pid-file"}) args.push_back(a);
     args.push_back(dir + "/sandbox.pid");
     args.push_back("--bundle");
     args.push_back(bundle);
     args.push_back(rec.id);
-    auto r = proc::run(args, o);
+    auto r = jailed ? run_hiding_proc_sys_net(args, o) : proc::run(args, o);
     if (r.timed_out)
       throw Error(Errc::timeout, "runsc did not start the sandbox within " + std::to_string(kStartTimeoutMs / 1000) +
                                      " s on platform " + platform.name + " (" + platform.why + ")")
@@ -212,6 +259,7 @@ class RunscDriver : public Driver {
       unmount(dir + "/rootfs");
       unmount(dir + "/layer");
     }
+    net::teardown(rec.id);
     cgroup::remove_scope_if_empty(scope);
   }
 
@@ -246,6 +294,7 @@ class RunscDriver : public Driver {
       if (!live_ids.count(id) && valid_sandbox_id(id) && (leaf == "rootfs" || leaf == "layer"))
         out.push_back("mount " + mp);
     }
+    for (auto& id : net::leftovers(cfg_.state_dir, "runsc", live_ids)) out.push_back("netjail " + id);
     return out;
   }
 
@@ -256,6 +305,8 @@ class RunscDriver : public Driver {
       destroy(ghost, "");
     } else if (what.rfind("mount ", 0) == 0) {
       unmount(what.substr(6));
+    } else if (what.rfind("netjail ", 0) == 0) {
+      net::teardown(what.substr(8));
     }
   }
 

@@ -12,6 +12,7 @@
 
 #include "backends/common/cgroup.hpp"
 #include "backends/common/hostview.hpp"
+#include "backends/common/net/jail.hpp"
 #include "backends/common/process.hpp"
 #include "backends/subprocess/launch.hpp"
 #include "core/agent_binary.hpp"
@@ -45,6 +46,12 @@ class SubprocessDriver : public Driver {
     plan.uid_base = rec.uid_base;
     plan.workdir = rec.spec.workdir;
     plan.agent_path = find_agent_binary();
+    if (rec.spec.network == "jail") {
+      auto jail = net::setup(net::request_for(rec, cfg_, "subprocess"));
+      rec.driver_data["netjail"] = net::describe(jail);
+      plan.netns = jail.netns;
+      plan.resolv_conf = jail.resolv_conf();
+    }
     Launched l = launch(plan, group);
     rec.agent_pid = l.pid;
     rec.agent_start = l.start_time;
@@ -66,6 +73,7 @@ class SubprocessDriver : public Driver {
       // The last sandbox of a state root takes the root's parent group with it
       // (fails harmlessly while others remain): one state root per CI job must not pile up groups.
       cgroup::remove_scope_if_empty(scope_of(rec));
+      net::teardown(rec.id);
     }
   }
 
@@ -80,6 +88,7 @@ class SubprocessDriver : public Driver {
     std::vector<std::string> out;
     for (auto& name : cgroup::Group::list_all(scope()))
       if (!live_ids.count(name) && valid_sandbox_id(name)) out.push_back("cgroup sbx/" + scope() + "/" + name);
+    for (auto& id : net::leftovers(cfg_.state_dir, "subprocess", live_ids)) out.push_back("netjail " + id);
     return out;
   }
 
@@ -88,6 +97,8 @@ class SubprocessDriver : public Driver {
     if (what.rfind(prefix, 0) == 0) {
       cgroup::Group::open(scope(), what.substr(prefix.size())).destroy();
       cgroup::remove_scope_if_empty(scope());
+    } else if (what.rfind("netjail ", 0) == 0) {
+      net::teardown(what.substr(8));
     }
   }
 

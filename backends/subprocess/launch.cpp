@@ -19,6 +19,7 @@
 #include <grp.h>
 
 #include "backends/common/hostview.hpp"
+#include "backends/common/net/dns.hpp"
 #include "backends/common/process.hpp"
 #include "core/error.hpp"
 #include "core/fd.hpp"
@@ -38,7 +39,7 @@ constexpr int kReportFd = 5;
 enum Step : int {
   kStepPrivate = 1, kStepTmpfs, kStepLayers, kStepOverlay, kStepBind, kStepBindRo, kStepDirs, kStepProc,
   kStepProcSys, kStepDev, kStepDevNode, kStepDevPts, kStepShm, kStepHostname, kStepLoopback, kStepPivot,
-  kStepUserns, kStepWaitMaps, kStepSetId, kStepFds, kStepExec,
+  kStepUserns, kStepWaitMaps, kStepSetId, kStepFds, kStepExec, kStepNetns, kStepResolv,
 };
 
 const char* step_name(int s) {
@@ -64,6 +65,8 @@ const char* step_name(int s) {
     case kStepSetId: return "becoming the sandbox's root";
     case kStepFds: return "preparing descriptors";
     case kStepExec: return "starting sbx-agent";
+    case kStepNetns: return "joining the network jail's namespace";
+    case kStepResolv: return "writing /etc/resolv.conf";
   }
   return "starting the sandbox";
 }
@@ -85,6 +88,7 @@ struct Prepared {
   std::vector<std::pair<std::string, std::string>> dev_nodes;  // host -> target
   std::vector<std::pair<std::string, std::string>> dev_links;  // target -> link path
   std::string hostname;
+  std::string etc, resolv_conf;  // resolv_conf empty: leave the base's
   std::vector<std::string> argv_store;
   std::vector<char*> argv;
   std::vector<char*> envp;
@@ -130,6 +134,8 @@ void bring_up_loopback(int report_fd) {
     if (!created && errno != EEXIST) fail(r, kStepDirs);
     if ((created || always) && ::chown(d.c_str(), p.uid_base, p.uid_base) != 0) fail(r, kStepDirs);
   }
+  if (!p.resolv_conf.empty() && (errno = net::dns::write_resolv_conf(p.etc.c_str(), p.resolv_conf.data(), p.resolv_conf.size())) != 0)
+    fail(r, kStepResolv);
   ::mkdir(p.proc.c_str(), 0555);
   if (::mount("proc", p.proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) fail(r, kStepProc);
   if (::mount(p.proc_sys.c_str(), p.proc_sys.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
@@ -216,6 +222,8 @@ Prepared prepare(const LaunchPlan& plan) {
                  {"/proc/self/fd/1", p.dev + "/stdout"},
                  {"/proc/self/fd/2", p.dev + "/stderr"}};
   p.hostname = plan.hostname;
+  p.etc = p.root + "/etc";
+  p.resolv_conf = plan.resolv_conf;
   p.uid_base = plan.uid_base;
   p.argv_store = {"sbx-agent", "--listen-fd", std::to_string(kListenFd)};
   for (auto& a : p.argv_store) p.argv.push_back(a.data());
@@ -244,6 +252,11 @@ Launched launch(const LaunchPlan& plan, const cgroup::Group& group) {
   Fd log(::open((plan.state_dir + "/agent.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!log) throw sys_error("cannot create the agent log", errno);
   Prepared prep = prepare(plan);
+  Fd netns;
+  if (!plan.netns.empty()) {
+    netns = Fd(::open(plan.netns.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!netns) throw sys_error("cannot open the network namespace " + plan.netns, errno);
+  }
 
   int report[2], go[2], pidpipe[2];
   if (::pipe2(report, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0 || ::pipe2(pidpipe, O_CLOEXEC) != 0)
@@ -258,8 +271,18 @@ Launched launch(const LaunchPlan& plan, const cgroup::Group& group) {
     char c;
     if (::read(go_r.get(), &c, 1) != 1) ::_exit(1);  // joined to the cgroup by the parent
     ::setsid();
-    if (::unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0) {
-      Failure f{kStepPrivate, errno};
+    // A jail's namespace was made by host root, so the sandbox's root (in a
+    // child user namespace) cannot reconfigure it; otherwise a fresh one.
+    int step = kStepNetns;
+    int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+    if (!netns) flags |= CLONE_NEWNET;
+    bool ok = !netns || ::setns(netns.get(), CLONE_NEWNET) == 0;
+    if (ok) {
+      step = kStepPrivate;
+      ok = ::unshare(flags) == 0;
+    }
+    if (!ok) {
+      Failure f{step, errno};
       ssize_t ignored = ::write(report_w.get(), &f, sizeof f);
       (void)ignored;
       ::_exit(1);

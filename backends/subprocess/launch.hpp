@@ -1,8 +1,9 @@
 // Starting a sandbox's init (the agent) in fresh namespaces: a private mount
 // tree (tmpfs-backed overlay over the read-only base, fresh /proc, minimal
-// /dev), its own PID, network (loopback only), IPC, UTS and cgroup
-// namespaces, and a user namespace that maps the sandbox's root to an
-// unprivileged host uid range of its own.
+// /dev), its own PID, network (loopback only, or a network jail's
+// namespace joined by setns), IPC, UTS and cgroup namespaces, and a user
+// namespace that maps the sandbox's root to an unprivileged host uid range
+// of its own.
 #pragma once
 
 #include <sys/types.h>
@@ -24,6 +25,8 @@ struct LaunchPlan {
   std::string workdir;                ///< created and owned by the sandbox's root
   std::string hostname = "sandbox";
   std::string agent_path;             ///< the sbx-agent binary on the host
+  std::string netns;                  ///< network namespace to join (a jail's); empty = a fresh loopback-only one
+  std::string resolv_conf;            ///< written to the sandbox's /etc/resolv.conf when not empty
 };
 
 struct Launched {

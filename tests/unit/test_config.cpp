@@ -549,3 +549,22 @@ TEST_CASE("config: bad warm pool settings are refused with the fix", "[config][p
   CHECK(contains(error_of([] { with_yaml(inputs(), "pool:\n  deno: [1]\n"); }).message(), "not `driver: size`"));
   CHECK(contains(error_of([] { with_yaml(inputs(), "pool:\n  deno: -1\n"); }).message(), "not a whole number"));
 }
+
+TEST_CASE("config: the network jail's pool and DNS upstream", "[config][netjail]") {
+  Config d = no_file(inputs());
+  CHECK(d.net_pool == "10.213.0.0/16");
+  CHECK(d.net_dns.empty());
+  Config f = with_yaml(inputs(), "network:\n  pool: 10.77.0.0/20\n  dns: 192.0.2.53\n");
+  CHECK(f.net_pool == "10.77.0.0/20");
+  CHECK(f.net_dns == "192.0.2.53");
+  Config e = with_yaml(inputs({{"SBX_NET_POOL", "172.31.0.0/24"}, {"SBX_NET_DNS", "198.51.100.53"}}),
+                       "network:\n  pool: 10.77.0.0/20\n");
+  CHECK(e.net_pool == "172.31.0.0/24");
+  CHECK(e.net_dns == "198.51.100.53");
+  CHECK(e.origin.at("network.pool") == "env SBX_NET_POOL");
+  for (const char* bad : {"network:\n  pool: 10.77.0.1/20\n", "network:\n  pool: 10.0.0.0/31\n",
+                          "network:\n  dns: resolver\n", "network:\n  gateway: 1.2.3.4\n"}) {
+    INFO(bad);
+    CHECK(error_of([&] { with_yaml(inputs(), bad); }).code() == Errc::invalid_argument);
+  }
+}
