@@ -1,6 +1,8 @@
 #include "core/local_backend.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -195,9 +197,17 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
 }
 
 ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before) {
+  auto original = std::current_exception();
   // The stream closes as the sandbox dies; the process itself may take a moment longer.
   for (int i = 0; i < 50 && driver.alive(rec); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (driver.alive(rec)) throw;  // a broken stream, not a dead sandbox
+  if (driver.alive(rec)) std::rethrow_exception(original);  // a broken stream, not a dead sandbox
+  // rm or gc may be what ended it: they tear down under the sandbox's lock, and
+  // a removed sandbox must stay removed. No O_CREAT, so a lock file is never
+  // made again in a directory being deleted.
+  Fd guard(::open((registry_.dir(rec.id) + "/lock").c_str(), O_RDWR | O_CLOEXEC));
+  if (!guard || ::flock(guard.get(), LOCK_SH) != 0) std::rethrow_exception(original);
+  auto current = registry_.find(rec.id);
+  if (!current || current->id != rec.id || current->state != SandboxState::running) std::rethrow_exception(original);
   bool oom = driver.oom_kills(rec) > oom_before;
   rec.state = SandboxState::dead;
   rec.error = oom ? "killed by its memory limit (" + std::to_string(rec.spec.limits.memory_mb) + " MiB)"
