@@ -288,6 +288,22 @@ class DenoDriver : public Driver {
     return cgroup::Group::open(it->get<std::string>(), rec.id).oom_kills();
   }
 
+  // Only the cgroup's caps change in place. The agent's own caps (V8 heap,
+  // each interpreter's WebAssembly memory, how many interpreters, the output
+  // cap) are deno's command line, derived from the memory cap at start and
+  // fixed for the life of the process: a different memory cap would leave
+  // them sized for another sandbox (a smaller cap: the OOM killer instead of
+  // a MemoryError; a larger one: less memory than asked for). Restarting the
+  // agent with new ones costs what a cold start does, so the claim starts cold.
+  bool set_limits(const SandboxRecord& rec, const Limits& limits) override {
+    if (limits.memory_mb != rec.spec.limits.memory_mb) return false;
+    auto it = rec.driver_data.find("cgroup_scope");
+    // Not root: no cgroup, so no cpu or pids cap could be set at all.
+    if (it == rec.driver_data.end() || !it->is_string()) return false;
+    cgroup::Group::open(it->get<std::string>(), rec.id).set_limits(limits);
+    return true;
+  }
+
   // Leftover cgroups share the subprocess driver's per-state-root scope, whose
   // orphan sweep already reports and frees them.
 

@@ -227,3 +227,67 @@ def test_sbx_serve_refills_its_pool_in_the_background(managers):
     metrics = m.request("GET", "/metrics").text
     assert 'sbx_creates_total{driver="subprocess",source="pool"} 1' in metrics, metrics
     assert 'state="pooled"} 2' in metrics, metrics
+
+
+def cgroup_knob(c, sid, name: str) -> str:
+    for d in c.cgroup_dirs(sid):
+        p = Path(d, name)
+        if p.exists():
+            return p.read_text().strip()
+    raise AssertionError(f"no {name} for {sid}: {c.cgroup_dirs(sid)}")
+
+
+def cpu_quota(c, sid) -> float:
+    """The cpu cap in cores, from cgroup v2's cpu.max or v1's cfs quota/period."""
+    for d in c.cgroup_dirs(sid):
+        if Path(d, "cpu.max").exists():
+            quota, period = Path(d, "cpu.max").read_text().split()
+            return int(quota) / int(period)
+        if Path(d, "cpu.cfs_quota_us").exists():
+            return int(Path(d, "cpu.cfs_quota_us").read_text()) / int(Path(d, "cpu.cfs_period_us").read_text())
+    raise AssertionError(f"no cpu cgroup for {sid}: {c.cgroup_dirs(sid)}")
+
+
+def deno_heap_flag(rec: dict) -> str:
+    """The V8 heap cap on the command line of the deno the sandbox's supervisor runs."""
+    sup = rec["agent_pid"]
+    kids = Path(f"/proc/{sup}/task/{sup}/children").read_text().split()
+    assert len(kids) == 1, kids
+    argv = Path(f"/proc/{kids[0]}/cmdline").read_bytes().split(b"\0")
+    (flags,) = [a.decode() for a in argv if a.startswith(b"--v8-flags=")]
+    return flags.split(",")[0].removeprefix("--v8-flags=")
+
+
+def deno_pool_of_one(clients, label: str):
+    if os.geteuid() != 0:
+        skip_or_fail("deno sandboxes have cgroup caps only when sbx runs as root")
+    c = clients.new({"SBX_POOL": "deno=1"}, label=label)
+    (pid,) = fill(c, 1, "deno")
+    return c, pid
+
+
+@pytest.mark.only_drivers("deno")
+def test_a_pooled_deno_sandbox_takes_the_creates_cpu_and_pids_caps(clients, driver):
+    c, pid = deno_pool_of_one(clients, "pool-deno-caps")
+    sid = c.create("--cpus", "0.5", "--pids", "64", driver="deno")
+    assert sid == pid and c.record(sid)["from_pool"] is True
+    assert cgroup_knob(c, sid, "pids.max") == "64"
+    assert cpu_quota(c, sid) == 0.5
+    limits = c.record(sid)["spec"]["limits"]
+    assert limits["cpus"] == 0.5 and limits["pids"] == 64, limits
+    r = c.exec(sid, "node", "-e", "console.log(6 * 7)", timeout=60)
+    assert r.rc == 0 and r.out == "42\n", r
+
+
+@pytest.mark.only_drivers("deno")
+def test_a_deno_create_with_another_memory_cap_starts_cold_with_its_own_caps(clients, driver):
+    # The agent's V8 heap and WebAssembly caps follow the memory cap and are
+    # fixed at start: a pooled agent sized for the default must not serve it.
+    c, pid = deno_pool_of_one(clients, "pool-deno-mem")
+    sid = c.create("--memory", "200M", driver="deno")
+    assert sid != pid and c.record(sid)["from_pool"] is False
+    assert memory_cap(c, sid) == 200 << 20
+    assert deno_heap_flag(c.record(sid)) == "--max-old-space-size=100"
+    (still,) = pooled(c)
+    assert still["id"] == pid, "the pooled sandbox must stay in the pool"
+    assert deno_heap_flag(still) != "--max-old-space-size=100"
