@@ -496,6 +496,17 @@ try {
 }
 const listener = Deno.listen({ transport: "unix", path: args.socket! });
 Deno.chmodSync(args.socket!, 0o600);
-// The JS spare boots after Python has loaded: together they would share the CPU cap.
-void pyPool.warm().then(() => (jsSpare ??= startJsWorker()));
+// The JS spare boots at once (a few ms of CPU). Python's interpreter (a few
+// hundred) only once no exec has run for a moment: loading under a JS exec it
+// would take the CPU cap they share, and a JS one-shot never needs it. A
+// Python exec that comes first loads one for itself at once.
+jsSpare = startJsWorker();
+const WARM_AFTER_IDLE_MS = 150;
+let idleSince = performance.now();
+const warmPythonWhenIdle = () => {
+  if (running > 0) idleSince = performance.now();
+  if (performance.now() - idleSince < WARM_AFTER_IDLE_MS) return void setTimeout(warmPythonWhenIdle, 50);
+  void pyPool.warm();
+};
+warmPythonWhenIdle();
 for await (const conn of listener) new Conn(conn).serve();

@@ -1,6 +1,7 @@
 #include "backends/deno/runtime.hpp"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,6 +50,18 @@ std::string fnv_hex(std::string_view text) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return hex;
+}
+
+// Directories 0755 and files 0644 under `root`, whatever the umask was: read
+// by every sandbox's uid, written by none.
+void make_tree_readable(const std::string& root) {
+  ::nftw(
+      root.c_str(),
+      [](const char* p, const struct stat* st, int type, FTW*) {
+        ::chmod(p, type == FTW_D || type == FTW_DP ? 0755 : (st->st_mode & 0111) | 0644);
+        return 0;
+      },
+      16, FTW_PHYS);
 }
 
 const char* kInstallHint = "run scripts/setup-deno.sh (npm installs the pinned deno and pyodide), or point SBX_DENO_HOME at its prefix";
@@ -116,6 +129,33 @@ std::string ensure_snapshot(const Runtime& rt, const std::string& cache_dir, std
     if (why) *why = "making the Pyodide snapshot failed (exit " + std::to_string(r.status) + "): " + r.output;
     return "";
   }
+  return path;
+}
+
+std::string ensure_transpiled(const Runtime& rt, const std::string& cache_dir, std::string* why) {
+  // rt.agent is the staged copy, named after its content (and the emit is
+  // found by that path); a new deno may transpile differently.
+  std::string dir = cache_dir + "/emit-" + fnv_hex(rt.agent + '\0' + std::to_string(mtime_of(rt.deno)));
+  std::string path = dir + "/gen/file";
+  if (path_exists(path)) return path;
+  make_dirs(cache_dir, 0755);
+  Fd lock = lock_file(cache_dir + "/.emit.lock");
+  if (path_exists(path)) return path;
+  std::string tmp = dir + ".tmp";
+  remove_tree(tmp);
+  make_dirs(tmp, 0755);
+  proc::RunOptions opts;
+  opts.timeout_ms = 60'000;
+  auto r = proc::run({"/usr/bin/env", "DENO_DIR=" + tmp, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1", rt.deno, "cache",
+                      "--quiet", "--no-config", rt.agent + "/agent.ts", rt.agent + "/js_worker.ts", rt.agent + "/py_worker.ts"},
+                     opts);
+  if (r.status != 0 || !path_exists(tmp + "/gen/file")) {
+    if (why) *why = "transpiling the deno agent ahead failed (exit " + std::to_string(r.status) + "): " + r.output;
+    remove_tree(tmp);
+    return "";
+  }
+  make_tree_readable(tmp);
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) throw sys_error("installing the transpiled agent in " + dir, errno);
   return path;
 }
 

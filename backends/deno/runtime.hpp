@@ -26,6 +26,13 @@ Runtime find_runtime();
 /// when it cannot be made; the agent then loads Pyodide the slow way.
 std::string ensure_snapshot(const Runtime& rt, const std::string& cache_dir, std::string* why = nullptr);
 
+/// The agent's modules transpiled once per host, agent and Deno (`deno cache`
+/// into a DENO_DIR of its own, made on first use): a directory to link at
+/// gen/file in each sandbox's own DENO_DIR, read by every sandbox and written
+/// by none, so a new agent starts without transpiling its TypeScript. Returns
+/// "" when it cannot be made; the agent then transpiles for itself.
+std::string ensure_transpiled(const Runtime& rt, const std::string& cache_dir, std::string* why = nullptr);
+
 /// The per-host cache: $SBX_DENO_CACHE, else /var/cache/sbx/deno (root) or
 /// ~/.cache/sbx/deno. World-readable, written only by whoever runs sbx.
 std::string cache_dir();
