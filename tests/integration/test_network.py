@@ -537,3 +537,16 @@ def test_microvm_rm_leaves_no_trace(world, net_sbx, vm_jails):
     assert any(t.startswith("link") for t in present), f"no tap found while the VM runs: {present}"
     net_sbx.remove(sid).ok()
     assert jail_traces([sid]) == []
+
+
+def test_microvm_gc_frees_the_jail_of_a_forgotten_vm(world, net_sbx, vm_jails):
+    # A crash can leave a VM's tap whose sandbox directory is gone: gc finds it by its lease.
+    sid = vm_jails["jail"]
+    pid = net_sbx.record(sid)["agent_pid"]
+    os.kill(pid, 9)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}/ns"), 10)
+    subprocess.run(["rm", "-rf", net_sbx.sandbox_dir(sid)], check=True)
+    assert jail_traces([sid]), "the tap should still be there before gc"
+    out = net_sbx.run("gc", "--json").ok().out
+    assert f"netjail {sid}" in out, out
+    assert jail_traces([sid]) == []
