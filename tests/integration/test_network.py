@@ -411,12 +411,18 @@ def test_gc_frees_a_jail_whose_sandbox_is_forgotten(world, net_sbx):
     r = net_sbx.run("create", "--driver", "subprocess", "--network", "jail", env={"SBX_NET_DNS": WORLD_DNS}).ok()
     sid = r.out.strip()
     net_sbx.created.append(sid)
-    pid = net_sbx.record(sid)["agent_pid"]
+    forget_and_gc(net_sbx, sid)
+
+
+def forget_and_gc(sbx: Sbx, sid: str):
+    """Kills the sandbox's agent (a VM's monitor), deletes its directory, and
+    checks that gc still finds its jail by the lease and frees it."""
+    pid = sbx.record(sid)["agent_pid"]
     os.kill(pid, 9)
     assert wait_until(lambda: not os.path.exists(f"/proc/{pid}/ns"), 10)
-    subprocess.run(["rm", "-rf", net_sbx.sandbox_dir(sid)], check=True)
+    subprocess.run(["rm", "-rf", sbx.sandbox_dir(sid)], check=True)
     assert jail_traces([sid]), "the jail should still be there before gc"
-    out = net_sbx.run("gc", "--json").ok().out
+    out = sbx.run("gc", "--json").ok().out
     assert f"netjail {sid}" in out, out
     assert jail_traces([sid]) == []
 
@@ -541,12 +547,4 @@ def test_microvm_rm_leaves_no_trace(world, net_sbx, vm_jails):
 
 def test_microvm_gc_frees_the_jail_of_a_forgotten_vm(world, net_sbx, vm_jails):
     # A crash can leave a VM's tap whose sandbox directory is gone: gc finds it by its lease.
-    sid = vm_jails["jail"]
-    pid = net_sbx.record(sid)["agent_pid"]
-    os.kill(pid, 9)
-    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}/ns"), 10)
-    subprocess.run(["rm", "-rf", net_sbx.sandbox_dir(sid)], check=True)
-    assert jail_traces([sid]), "the tap should still be there before gc"
-    out = net_sbx.run("gc", "--json").ok().out
-    assert f"netjail {sid}" in out, out
-    assert jail_traces([sid]) == []
+    forget_and_gc(net_sbx, vm_jails["jail"])
