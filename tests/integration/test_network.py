@@ -537,6 +537,20 @@ def test_microvm_jails_cannot_reach_each_other(world, net_sbx, vm_jails):
         server.wait(timeout=30)
 
 
+def test_microvm_guest_root_cannot_unjail_itself(world, net_sbx, vm_jails):
+    # The sandbox's root in the guest tries to take another address and send
+    # to PUBLIC_B from it: the agent's confinement refuses (no CAP_NET_ADMIN),
+    # and behind that the host's filter on the tap drops forged sources.
+    sid = vm_jails["jail"]
+    gw = jail_info(net_sbx, sid)["gateway"]
+    r = net_sbx.sh(sid, "ip addr add 203.0.113.7/32 dev eth0 && echo ADDR-CHANGED; "
+                        f"ip route add {PUBLIC_B}/32 via {gw} dev eth0 src 203.0.113.7 && echo ROUTE-CHANGED; true")
+    assert "ADDR-CHANGED" not in r.out and "ROUTE-CHANGED" not in r.out, r
+    res = vm_probe(net_sbx, sid, [f"{PUBLIC_A}:{WORLD_PORT}", f"10.99.77.10:{WORLD_PORT}"])
+    assert res[f"{PUBLIC_A}:{WORLD_PORT}"] == f"open hello {PUBLIC_A}", res
+    assert res[f"10.99.77.10:{WORLD_PORT}"].startswith("closed"), res
+
+
 def test_microvm_rm_leaves_no_trace(world, net_sbx, vm_jails):
     sid = vm_jails["jail2"]
     present = jail_traces([sid])
