@@ -6,12 +6,13 @@
 #   warm: another jail is up on the host, so its nftables table exists (the usual case)
 #   cold: no other jail, so each create also builds the table and each rm deletes it
 # Prints the medians, the median of the paired differences and the ratio, per
-# driver (runsc when installed). Needs root. Sends no packet anywhere.
+# driver (runsc when installed, microvm when usable). Needs root. Sends no packet anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SBX=${SBX_BIN:-$PWD/build/sbx}
 RUNS=${RUNS:-40}
 RUNS_RUNSC=${RUNS_RUNSC:-12}
+RUNS_MICROVM=${RUNS_MICROVM:-4}
 [[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
@@ -53,7 +54,8 @@ def case(label):
         jail.append(timed_create("jail"))
     diff = statistics.median(j - n for j, n in zip(jail, none))
     mn, mj = statistics.median(none), statistics.median(jail)
-    verdict = ("PASS" if diff <= 10 else "MISS") if label == "warm" else "(info)"
+    # A micro-VM's boot (seconds, noisy under TCG) drowns a 10 ms target: there the figure is information.
+    verdict = ("PASS" if diff <= 10 else "MISS") if label == "warm" and driver != "microvm" else "(info)"
     print(f"  {label}: none {mn:7.2f} ms, jail {mj:7.2f} ms: jail adds {diff:+6.2f} ms "
           f"(ratio {mj / mn:.2f}x; target <= +10 ms) {verdict}")
 
@@ -71,4 +73,9 @@ if command -v runsc >/dev/null; then
   compare runsc "$RUNS_RUNSC"
 else
   echo "== runsc: not installed, skipped"
+fi
+if "$SBX" doctor --driver microvm >/dev/null 2>&1; then
+  compare microvm "$RUNS_MICROVM"
+else
+  echo "== microvm: not usable here (sbx doctor --driver microvm), skipped"
 fi

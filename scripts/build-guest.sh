@@ -57,7 +57,8 @@ for m in drivers/virtio/virtio_ring.ko drivers/virtio/virtio.ko drivers/virtio/v
          drivers/virtio/virtio_pci_modern_dev.ko drivers/virtio/virtio_pci_legacy_dev.ko drivers/virtio/virtio_pci.ko \
          drivers/char/virtio_console.ko drivers/block/virtio_blk.ko fs/overlayfs/overlay.ko \
          net/vmw_vsock/vsock.ko net/vmw_vsock/vmw_vsock_virtio_transport_common.ko \
-         net/vmw_vsock/vmw_vsock_virtio_transport.ko; do
+         net/vmw_vsock/vmw_vsock_virtio_transport.ko \
+         net/core/failover.ko drivers/net/net_failover.ko drivers/net/virtio_net.ko; do
   [[ -f "$mods/$m" ]] || { echo "build-guest: $pkg lacks $m" >&2; exit 1; }
   cp "$mods/$m" "$root/lib/modules/"
   basename "$m" >> "$root/lib/modules/order"

@@ -13,13 +13,15 @@ mount -t devtmpfs devtmpfs /dev
 # ends), so the host sees a dead VM and the reason in its console log.
 fail() { echo "sbx-guest: $*" >&2; exit 1; }
 
-workdir=/work pids=0 memory=0 vsock=
+workdir=/work pids=0 memory=0 vsock= net= dns=
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
     sbx.workdir=*) workdir=${arg#sbx.workdir=} ;;
     sbx.pids=*) pids=${arg#sbx.pids=} ;;
     sbx.memory=*) memory=${arg#sbx.memory=} ;;
     sbx.vsock=*) vsock=${arg#sbx.vsock=} ;;
+    sbx.net=*) net=${arg#sbx.net=} ;;
+    sbx.dns=*) dns=${arg#sbx.dns=} ;;
   esac
 done
 while read -r m; do insmod "/lib/modules/$m" 2>&1 | grep -v "File exists"; done < /lib/modules/order
@@ -56,6 +58,22 @@ fi
 # (their changes could only ever land on the sandbox's own disk, but code that
 # relies on them being read-only behaves the same everywhere).
 mkdir -p /newroot/var/tmp /newroot/root
+# --network jail: the one NIC is the host's jail tap (sbx.net=ADDR/PREFIX,GATEWAY;
+# the host filters everything it sends). --network none: there is no NIC.
+ip link set lo up
+if [ -n "$net" ]; then
+  i=0
+  until [ -e /sys/class/net/eth0 ]; do
+    i=$((i + 1))
+    [ $i -lt 500 ] || fail "--network jail but no eth0 ($(ls /sys/class/net))"
+    sleep 0.01
+  done
+  ip addr add "${net%%,*}" dev eth0 || fail "cannot give eth0 ${net%%,*}"
+  ip link set eth0 up || fail "cannot bring eth0 up"
+  ip route add default via "${net##*,}" dev eth0 || fail "cannot route through ${net##*,}"
+  printf '# sbx network jail: DNS through the host\nnameserver %s\noptions timeout:2 attempts:2\n' "$dns" \
+    > /newroot/etc/resolv.conf
+fi
 # (busybox's remount reads /proc/mounts: before /proc moves)
 for d in bin sbin lib usr etc; do
   [ -d /newroot/$d ] && mount --bind /newroot/$d /newroot/$d && mount -o remount,bind,ro /newroot/$d

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "backends/common/cgroup.hpp"
+#include "backends/common/net/jail.hpp"
 #include "backends/common/process.hpp"
 #include "backends/microvm/guest.hpp"
 #include "backends/microvm/host.hpp"
@@ -47,6 +48,11 @@ std::string str(const SandboxRecord& rec, const char* key, const std::string& df
   return it != rec.driver_data.end() && it->is_string() ? it->get<std::string>() : dflt;
 }
 
+net::JailRequest as_tap(net::JailRequest r) {
+  r.attach = net::Attach::tap;
+  return r;
+}
+
 std::string tail(const std::string& path, size_t max = 1200) {
   auto text = read_file_if_exists(path).value_or("");
   if (text.size() > max) text = "..." + text.substr(text.size() - max);
@@ -57,7 +63,9 @@ std::string tail(const std::string& path, size_t max = 1200) {
 // The VM monitor outlives this sbx process (the sandbox persists between CLI
 // calls): forked twice so it is nobody's child here and never a zombie of a
 // long-running sbx serve, joined to the sandbox's cgroup before it runs.
-pid_t launch_detached(const std::vector<std::string>& argv, const std::string& log, const cgroup::Group& group) {
+// tap (or -1): a descriptor the monitor, and so the VMM it runs, inherits as kInheritedTapFd.
+pid_t launch_detached(const std::vector<std::string>& argv, const std::string& log, const cgroup::Group& group,
+                      int tap) {
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -79,6 +87,8 @@ pid_t launch_detached(const std::vector<std::string>& argv, const std::string& l
     char c;
     if (::read(go_r.get(), &c, 1) != 1) ::_exit(127);  // the parent put us in the cgroup (or gave up)
     if (::dup2(devnull.get(), 0) < 0 || ::dup2(logfd.get(), 1) < 0 || ::dup2(logfd.get(), 2) < 0) ::_exit(127);
+    // dup2 leaves the copy without FD_CLOEXEC; a tap already at that number keeps its flag otherwise.
+    if (tap >= 0 && (tap == kInheritedTapFd ? ::fcntl(tap, F_SETFD, 0) : ::dup2(tap, kInheritedTapFd)) < 0) ::_exit(127);
     ::execv(args[0], args.data());
     ::_exit(127);
   }
@@ -138,6 +148,16 @@ class MicrovmDriver : public Driver {
     plan.cmdline_args = "sbx.workdir=" + spec.workdir + " sbx.pids=" + std::to_string(spec.limits.pids) +
                         " sbx.memory=" + std::to_string(spec.limits.memory_mb << 20);
     if (!vmm->relayed()) plan.cmdline_args += " sbx.vsock=" + std::to_string(kAgentVsockPort);
+    Fd tap;
+    if (spec.network == "jail") {
+      auto jail = net::setup(as_tap(net::request_for(rec, cfg_, "microvm")));
+      rec.driver_data["netjail"] = net::describe(jail);
+      tap = net::open_tap(jail);
+      plan.tap_fd = vmm->tap_inherited() ? kInheritedTapFd : tap.get();
+      // The guest's /init configures eth0 and writes /etc/resolv.conf from these (scripts/guest-init.sh).
+      plan.cmdline_args += " sbx.net=" + ipv4_str(jail.sandbox_addr) + "/" + std::to_string(jail.prefix) + "," +
+                           ipv4_str(jail.host_addr) + " sbx.dns=" + ipv4_str(jail.host_addr);
+    }
     if (rec.uid_base) plan.runas = std::to_string(rec.uid_base) + ":" + std::to_string(rec.uid_base);
     if (vmm->name() != "qemu") plan.runas.clear();  // -runas is QEMU's
 
@@ -150,7 +170,7 @@ class MicrovmDriver : public Driver {
     argv.push_back("--");
     for (auto& a : vmm->command_line(plan)) argv.push_back(a);
     std::string log = dir + "/vm.log";
-    pid_t pid = launch_detached(argv, log, group);
+    pid_t pid = launch_detached(argv, log, group, vmm->tap_inherited() ? tap.get() : -1);
     rec.agent_pid = pid;
     rec.agent_start = proc::start_time(pid);
 
@@ -196,6 +216,7 @@ class MicrovmDriver : public Driver {
     cgroup::Group::open(scope, rec.id).destroy();
     for (auto& pid : monitors_of(rec.id)) ::kill(pid, SIGKILL);
     cgroup::remove_scope_if_empty(scope);
+    net::teardown(rec.id);  // after the VMM is gone: nothing holds the tap any more
     (void)dir;  // the disk, sockets and logs go with the sandbox's directory
   }
 
@@ -210,10 +231,12 @@ class MicrovmDriver : public Driver {
     std::vector<std::string> out;
     for (auto& [pid, id] : all_monitors())
       if (!live_ids.count(id)) out.push_back("vm monitor " + std::to_string(pid) + " of " + id);
+    for (auto& id : net::leftovers(cfg_.state_dir, "microvm", live_ids)) out.push_back("netjail " + id);
     return out;
   }
 
   void reap_orphan(const std::string& what) override {
+    if (what.rfind("netjail ", 0) == 0) return net::teardown(what.substr(8));
     if (what.rfind("vm monitor ", 0) != 0) return;
     pid_t pid = static_cast<pid_t>(std::strtol(what.c_str() + 11, nullptr, 10));
     for (auto& [p, id] : all_monitors())
@@ -229,12 +252,10 @@ class MicrovmDriver : public Driver {
   }
 
   static void check_spec(const SandboxSpec& spec) {
-    // The seam for --network jail: once the network jail can make a tap device
-    // in the sandbox's network namespace (with its filter rules), start() sets
-    // VmPlan::tap to it and the VMM gives the guest that NIC (vmm.cpp).
-    if (spec.network != "none")
-      throw Error(Errc::unavailable, "network mode '" + spec.network + "' is not available for micro-VMs yet")
-          .set_hint("use --network none (the guest then has no network device at all)");
+    // none: no NIC at all; jail: one NIC on the jail's tap (start()).
+    if (spec.network != "none" && spec.network != "jail")
+      throw Error(Errc::unavailable, "network mode '" + spec.network + "' is not available for micro-VMs")
+          .set_hint("use --network none (no network device at all) or --network jail");
     if (!spec.image.empty())
       throw Error(Errc::unavailable, "--image is not supported by the microvm driver yet: the guest boots its own root")
           .set_hint("drop --image (the guest has busybox), or use the subprocess or runsc driver");

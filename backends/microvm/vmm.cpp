@@ -1,10 +1,12 @@
 #include "backends/microvm/vmm.hpp"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +45,7 @@ class Qemu : public Vmm {
   std::string binary() const override { return bin_; }
   std::string kernel_file() const override { return "vmlinuz"; }
   bool relayed() const override { return true; }
+  bool tap_inherited() const override { return true; }
   std::vector<ApiRequest> boot_requests(const VmPlan&) const override { return {}; }
 
   std::vector<std::string> command_line(const VmPlan& p) const override {
@@ -67,9 +70,11 @@ class Qemu : public Vmm {
         "-chardev", "socket,id=agent,path=" + p.dir + "/serial.sock",
         "-device", "virtserialport,chardev=agent,name=agent",
     };
-    if (!p.tap.empty())
-      a.insert(a.end(), {"-netdev", "tap,id=net,ifname=" + p.tap + ",script=no,downscript=no",
-                         "-device", "virtio-net-device,netdev=net"});
+    // The jail's tap, already open (QEMU never opens or configures it itself);
+    // no vhost: the in-kernel data path would bypass nothing here, but needs /dev/vhost-net.
+    if (p.tap_fd >= 0)
+      a.insert(a.end(), {"-netdev", "tap,id=n0,fd=" + std::to_string(p.tap_fd) + ",vhost=off",
+                         "-device", "virtio-net-device,netdev=n0"});
     // QEMU's own seccomp filter: no exec, no obsolete calls, no scheduler or
     // resource changes. With -runas, QEMU must still call setuid once after
     // the filter is in (it kills itself with SIGSYS otherwise), and once it is
@@ -99,6 +104,7 @@ class CloudHypervisor : public Vmm {
   std::string binary() const override { return bin_; }
   std::string kernel_file() const override { return "vmlinux"; }
   bool relayed() const override { return false; }
+  bool tap_inherited() const override { return false; }
 
   std::vector<std::string> command_line(const VmPlan& p) const override {
     // Only the API socket here: the VM itself is described by vm.create.
@@ -115,8 +121,13 @@ class CloudHypervisor : public Vmm {
         {"serial", {{"mode", "File"}, {"file", p.console_log}}},
         {"console", {{"mode", "Off"}}},
     };
-    if (!p.tap.empty()) cfg["net"] = json::array({{{"tap", p.tap}}});
-    return {{"PUT", "/api/v1/vm.create", cfg.dump()}, {"PUT", "/api/v1/vm.boot", ""}};
+    std::vector<ApiRequest> out = {{"PUT", "/api/v1/vm.create", cfg.dump()}};
+    // cloud-hypervisor ignores descriptor numbers in vm.create's body: a tap
+    // fd reaches it only over the API socket (SCM_RIGHTS) with vm.add-net,
+    // which before vm.boot adds the NIC to the VM's configuration.
+    if (p.tap_fd >= 0) out.push_back({"PUT", "/api/v1/vm.add-net", json{{"id", "n0"}}.dump(), p.tap_fd});
+    out.push_back({"PUT", "/api/v1/vm.boot", ""});
+    return out;
   }
 
   Fd connect(const std::string& vm_dir) const override {
@@ -154,7 +165,28 @@ std::string http_bytes(const ApiRequest& r) {
 
 void send_api_request(const std::string& socket_path, const ApiRequest& r, int timeout_ms) {
   Fd s = connect_unix(socket_path, "the VMM's API socket");
-  write_all(s.get(), http_bytes(r));
+  std::string bytes = http_bytes(r);
+  if (r.fd >= 0) {
+    // The descriptor rides with the request's bytes (whatever of them one sendmsg takes).
+    char ctl[CMSG_SPACE(sizeof(int))] = {};
+    iovec iov{bytes.data(), bytes.size()};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &r.fd, sizeof(int));
+    ssize_t n;
+    while ((n = ::sendmsg(s.get(), &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    }
+    if (n <= 0) throw sys_error("sending a descriptor to the VMM's API socket", errno);
+    bytes.erase(0, static_cast<size_t>(n));
+  }
+  write_all(s.get(), bytes);
   std::string status = read_line(s.get(), timeout_ms);
   // "HTTP/1.1 204 No Content"
   auto sp = status.find(' ');

@@ -25,10 +25,12 @@ struct VmPlan {
   bool kvm = false;          ///< hardware virtualization; else TCG (QEMU only)
   std::string cmdline_args;  ///< extra guest kernel arguments (sbx.workdir=... sbx.pids=...)
   std::string runas;         ///< uid:gid QEMU drops to after opening its files ("" = stay)
-  /// The network seam for --network jail: a tap device the network jail
-  /// (backends/common/netjail) made in the sandbox's network namespace, given
-  /// to the guest as its one NIC. "" (--network none): the guest has no NIC.
-  std::string tap;
+  /// --network jail: the descriptor of the jail's tap (backends/common/net,
+  /// Attach::tap), the guest's one NIC. For a VMM that inherits it
+  /// (tap_inherited()) this is its number in the VMM's own table; otherwise
+  /// the number in this process, sent along with the API request that adds
+  /// the NIC. -1 (--network none): the guest has no NIC at all.
+  int tap_fd = -1;
 };
 
 /// One HTTP request on a VMM's API socket.
@@ -36,6 +38,7 @@ struct ApiRequest {
   std::string method;  ///< PUT
   std::string path;    ///< /api/v1/vm.create
   std::string body;    ///< JSON, may be empty
+  int fd = -1;         ///< a descriptor sent with it (SCM_RIGHTS), -1 for none
 };
 
 /// The bytes of an HTTP/1.1 request on a unix socket.
@@ -43,6 +46,8 @@ std::string http_bytes(const ApiRequest& r);
 /// Sends a request on the unix socket at `socket_path` and checks for a 2xx answer.
 void send_api_request(const std::string& socket_path, const ApiRequest& r, int timeout_ms);
 
+/// The number a VMM that inherits the tap finds it at (the VM monitor passes it on).
+inline constexpr int kInheritedTapFd = 3;
 /// The vsock port the guest agent listens on under cloud-hypervisor.
 inline constexpr uint32_t kAgentVsockPort = 1024;
 /// The guest kernel arguments every VMM shares (the console, the timer fix under TCG).
@@ -63,6 +68,8 @@ class Vmm {
   virtual std::vector<ApiRequest> boot_requests(const VmPlan& plan) const = 0;
   /// Where those requests go.
   virtual std::string api_socket(const VmPlan& plan) const { return plan.dir + "/api.sock"; }
+  /// Whether the VMM gets the tap by inheritance (at kInheritedTapFd) rather than through its API.
+  virtual bool tap_inherited() const = 0;
   /// Whether the guest channel is one byte stream the VM monitor relays for many clients.
   virtual bool relayed() const = 0;
   /// A new stream to the guest's agent (VM dir as in VmPlan::dir).

@@ -653,3 +653,38 @@ def sandbox(make_sandbox, driver) -> str:
 @pytest.fixture
 def host_tmp(tmp_path):
     return tmp_path
+
+
+def create_in_parallel(sbx: Sbx, wanted: dict[str, list[str]], env=None,
+                       timeout: float = 120) -> tuple[dict[str, str], list[str]]:
+    """Creates one sandbox per name at once (for slow creates such as micro-VM
+    boots): ({name: id} of those made, recorded in sbx.created; [failures])."""
+    import threading
+    made: dict[str, str] = {}
+    errors: list[str] = []
+
+    def one(name, flags):
+        r = sbx.run("create", *flags, env=env, timeout=timeout)
+        sid = r.out.strip()
+        if r.rc == 0 and ID_RE.match(sid):
+            made[name] = sid
+            sbx.created.append(sid)
+        else:
+            errors.append(f"{name}: {r!r}")
+
+    threads = [threading.Thread(target=one, args=item) for item in wanted.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return made, errors
+
+
+def require_listed_driver(sbx: Sbx, name: str):
+    """For module fixtures of one driver's tests: skip unless SBX_TEST_DRIVERS names
+    it, and skip_or_fail where it cannot run here."""
+    if name not in DRIVERS:
+        pytest.skip(f"SBX_TEST_DRIVERS does not name {name}")
+    problem = driver_problem(sbx, name)
+    if problem:
+        skip_or_fail(problem)

@@ -14,12 +14,11 @@ import os
 import pty
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
 
-from conftest import ID_RE, pid_alive, wait_until
+from conftest import ID_RE, create_in_parallel, pid_alive, require_listed_driver, wait_until
 
 microvm_only = pytest.mark.only_drivers("microvm")
 
@@ -47,35 +46,14 @@ def vm_processes(sid: str) -> dict[str, list[int]]:
 @pytest.fixture(scope="module")
 def vms(sbx, request):
     """Sandboxes booted at once for this module: name -> id (removed at the end)."""
-    if "microvm" not in [d.strip() for d in os.environ.get("SBX_TEST_DRIVERS", "").split(",")]:
-        pytest.skip("SBX_TEST_DRIVERS does not name microvm")
-    from conftest import driver_problem, skip_or_fail
-    problem = driver_problem(sbx, "microvm")
-    if problem:
-        skip_or_fail(problem)
+    require_listed_driver(sbx, "microvm")
     wanted = {
         "plain": [],
         "small": ["--memory", "64M", "--pids", "50"],
         "crash": [],
         "hang": [],
     }
-    made: dict[str, str] = {}
-    errors: list[str] = []
-
-    def boot(name, flags):
-        r = sbx.run("create", "--driver", "microvm", *flags, timeout=120)
-        sid = r.out.strip()
-        if r.rc == 0 and ID_RE.match(sid):
-            made[name] = sid
-            sbx.created.append(sid)
-        else:
-            errors.append(f"{name}: {r!r}")
-
-    threads = [threading.Thread(target=boot, args=item) for item in wanted.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    made, errors = create_in_parallel(sbx, {name: ["--driver", "microvm", *flags] for name, flags in wanted.items()})
     yield made
     for sid in made.values():
         sbx.remove(sid)
@@ -201,7 +179,6 @@ def test_rm_leaves_no_vm_behind(sbx, driver):
 
 @microvm_only
 @pytest.mark.parametrize("flags,needle", [
-    (["--network", "jail"], "jail"),
     (["--image", "/"], "--image is not supported by the microvm driver"),
     (["--workdir", "/a b"], "cannot contain spaces"),
 ])

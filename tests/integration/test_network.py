@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ID_RE, Sbx, driver_problem, skip_or_fail, wait_until
+from conftest import (ID_RE, Sbx, create_in_parallel, driver_problem, require_listed_driver, skip_or_fail,
+                      wait_until)
 
 NET_DRIVERS = ("subprocess", "runsc")
 PUBLIC_A, PUBLIC_B, WORLD_DNS, HOST_SIDE = "198.51.100.10", "198.51.100.11", "198.51.100.53", "198.51.100.1"
@@ -410,12 +411,18 @@ def test_gc_frees_a_jail_whose_sandbox_is_forgotten(world, net_sbx):
     r = net_sbx.run("create", "--driver", "subprocess", "--network", "jail", env={"SBX_NET_DNS": WORLD_DNS}).ok()
     sid = r.out.strip()
     net_sbx.created.append(sid)
-    pid = net_sbx.record(sid)["agent_pid"]
+    forget_and_gc(net_sbx, sid)
+
+
+def forget_and_gc(sbx: Sbx, sid: str):
+    """Kills the sandbox's agent (a VM's monitor), deletes its directory, and
+    checks that gc still finds its jail by the lease and frees it."""
+    pid = sbx.record(sid)["agent_pid"]
     os.kill(pid, 9)
     assert wait_until(lambda: not os.path.exists(f"/proc/{pid}/ns"), 10)
-    subprocess.run(["rm", "-rf", net_sbx.sandbox_dir(sid)], check=True)
+    subprocess.run(["rm", "-rf", sbx.sandbox_dir(sid)], check=True)
     assert jail_traces([sid]), "the jail should still be there before gc"
-    out = net_sbx.run("gc", "--json").ok().out
+    out = sbx.run("gc", "--json").ok().out
     assert f"netjail {sid}" in out, out
     assert jail_traces([sid]) == []
 
@@ -432,3 +439,126 @@ def test_sandbox_root_cannot_unjail_itself(world, net_sbx, jailed, net_driver):
     # Whatever gVisor's netstack let it do, the host still refuses what it sends from a forged address.
     res = probe(net_sbx, sid, [f"10.99.77.10:{WORLD_PORT}", f"{PUBLIC_A}:{WORLD_PORT}"])
     assert res[f"10.99.77.10:{WORLD_PORT}"].startswith("closed"), res
+
+
+# --------------------------------------------------------------------------
+# microvm: the guest's NIC is the jail's tap, filtered on the host. The guest
+# has busybox only (no python3), so the probes are busybox nc and nslookup.
+# VMs boot in seconds under TCG: the ones these tests share are booted once,
+# in parallel, and only when SBX_TEST_DRIVERS names microvm.
+
+# Runs in the guest: tries every target at once, prints "target|open <reply>" or "target|closed <why>".
+VM_PROBE = textwrap.dedent("""
+    for t in "$@"; do
+      (h=${t%:*}; p=${t##*:}; h=${h#[}; h=${h%]}
+       r=$(timeout 6 nc -w 4 "$h" "$p" </dev/null 2>&1)
+       case "$r" in hello*) echo "$t|open $r" ;; *) echo "$t|closed $r" ;; esac) &
+    done
+    wait
+""")
+
+
+def vm_probe(sbx: Sbx, sid: str, targets: list[str]) -> dict[str, str]:
+    r = sbx.exec(sid, "sh", "-c", VM_PROBE, "probe", *targets, timeout=60).ok()
+    out = dict(line.split("|", 1) for line in r.out.splitlines() if "|" in line)
+    assert set(out) == set(targets), r
+    return out
+
+
+def vm_resolve(sbx: Sbx, sid: str, name: str) -> str:
+    """The name's IPv4 address as busybox nslookup (through /etc/resolv.conf) finds it, or 'failed ...'."""
+    r = sbx.exec(sid, "sh", "-c", f"timeout 10 nslookup -type=a {name} 2>&1", timeout=60)
+    after_name = r.out.split("Name:", 1)[1] if "Name:" in r.out else ""
+    addrs = [line.split()[-1] for line in after_name.splitlines() if line.strip().startswith("Address")]
+    return addrs[0] if addrs else f"failed {r.out.strip()!r}"
+
+
+@pytest.fixture(scope="module")
+def vm_jails(world, net_sbx):
+    """Micro-VMs booted at once: name -> id ("jail", "jail2": --network jail; "none")."""
+    require_listed_driver(net_sbx, "microvm")
+    made, errors = create_in_parallel(
+        net_sbx, {name: ["--driver", "microvm", "--network", network]
+                  for name, network in {"jail": "jail", "jail2": "jail", "none": "none"}.items()},
+        env={"SBX_NET_DNS": WORLD_DNS})
+    try:
+        assert not errors, "\n".join(errors)
+        yield made
+    finally:
+        if made:
+            net_sbx.remove(*made.values())
+
+
+def test_microvm_jail_reaches_public_hosts_only(world, net_sbx, vm_jails):
+    sid = vm_jails["jail"]
+    assert net_sbx.record(sid)["driver_data"]["netjail"], "the VM's record names no jail"
+    info = jail_info(net_sbx, sid)
+    blocked = private_targets(world, info["gateway"])
+    res = vm_probe(net_sbx, sid, [f"{PUBLIC_A}:{WORLD_PORT}", f"{PUBLIC_B}:{WORLD_PORT}", *blocked])
+    assert res[f"{PUBLIC_A}:{WORLD_PORT}"] == f"open hello {PUBLIC_A}", res
+    assert res[f"{PUBLIC_B}:{WORLD_PORT}"] == f"open hello {PUBLIC_B}", res
+    reached = {t: v for t, v in res.items() if t in blocked and v.startswith("open")}
+    assert not reached, f"a jailed micro-VM reached private or host addresses: {reached}"
+
+
+def test_microvm_jail_resolves_names_through_the_host(world, net_sbx, vm_jails):
+    sid = vm_jails["jail"]
+    assert vm_resolve(net_sbx, sid, "public-a.test") == PUBLIC_A
+    assert vm_resolve(net_sbx, sid, "public-b.test") == PUBLIC_B
+    gw = jail_info(net_sbx, sid)["gateway"]
+    # The guest asks its gateway; the world's resolver is reached only through it.
+    assert net_sbx.sh(sid, "grep nameserver /etc/resolv.conf").ok().out.split() == ["nameserver", gw]
+
+
+def test_microvm_network_none_has_no_nic_and_reaches_nothing(world, net_sbx, vm_jails):
+    sid = vm_jails["none"]
+    assert net_sbx.sh(sid, "ls /sys/class/net").ok().out.split() == ["lo"]
+    res = vm_probe(net_sbx, sid, [f"{PUBLIC_A}:{WORLD_PORT}", *private_targets(world, HOST_SIDE)])
+    reached = {t: v for t, v in res.items() if v.startswith("open")}
+    assert not reached, f"a micro-VM without network reached: {reached}"
+    assert vm_resolve(net_sbx, sid, "public-a.test").startswith("failed")
+
+
+def test_microvm_jails_cannot_reach_each_other(world, net_sbx, vm_jails):
+    a, b = vm_jails["jail"], vm_jails["jail2"]
+    gw_a = jail_info(net_sbx, a)["gateway"]
+    own_a = gw_a.rsplit(".", 1)[0] + "." + str(int(gw_a.rsplit(".", 1)[1]) + 1)
+    server = net_sbx.popen("exec", a, "--", "sh", "-c",
+                           "echo up; end=$(($(date +%s) + 40)); "
+                           "while [ $(date +%s) -lt $end ]; do echo 'hello a' | nc -l -p 9000; done")
+    try:
+        assert server.stdout.readline().strip() == b"up"
+        theirs = vm_probe(net_sbx, b, [f"{own_a}:9000"])
+        assert theirs[f"{own_a}:9000"].startswith("closed"), theirs
+        mine = vm_probe(net_sbx, a, [f"{own_a}:9000"])
+        assert mine[f"{own_a}:9000"] == "open hello a", mine
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+
+
+def test_microvm_guest_root_cannot_unjail_itself(world, net_sbx, vm_jails):
+    # The sandbox's root in the guest tries to take another address and send
+    # to PUBLIC_B from it: the agent's confinement refuses (no CAP_NET_ADMIN),
+    # and behind that the host's filter on the tap drops forged sources.
+    sid = vm_jails["jail"]
+    gw = jail_info(net_sbx, sid)["gateway"]
+    r = net_sbx.sh(sid, "ip addr add 203.0.113.7/32 dev eth0 && echo ADDR-CHANGED; "
+                        f"ip route add {PUBLIC_B}/32 via {gw} dev eth0 src 203.0.113.7 && echo ROUTE-CHANGED; true")
+    assert "ADDR-CHANGED" not in r.out and "ROUTE-CHANGED" not in r.out, r
+    res = vm_probe(net_sbx, sid, [f"{PUBLIC_A}:{WORLD_PORT}", f"10.99.77.10:{WORLD_PORT}"])
+    assert res[f"{PUBLIC_A}:{WORLD_PORT}"] == f"open hello {PUBLIC_A}", res
+    assert res[f"10.99.77.10:{WORLD_PORT}"].startswith("closed"), res
+
+
+def test_microvm_rm_leaves_no_trace(world, net_sbx, vm_jails):
+    sid = vm_jails["jail2"]
+    present = jail_traces([sid])
+    assert any(t.startswith("link") for t in present), f"no tap found while the VM runs: {present}"
+    net_sbx.remove(sid).ok()
+    assert jail_traces([sid]) == []
+
+
+def test_microvm_gc_frees_the_jail_of_a_forgotten_vm(world, net_sbx, vm_jails):
+    # A crash can leave a VM's tap whose sandbox directory is gone: gc finds it by its lease.
+    forget_and_gc(net_sbx, vm_jails["jail"])

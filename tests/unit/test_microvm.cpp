@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -160,10 +161,11 @@ TEST_CASE("qemu: the microvm command line under TCG and under KVM") {
   // QEMU calls setuid for -runas after its filter is in: that must stay allowed.
   CHECK(after(kvm, "-sandbox").find("elevateprivileges") == std::string::npos);
 
-  p.tap = "sbxtap0";  // the network jail's seam
+  CHECK(q->tap_inherited());
+  p.tap_fd = sbx::microvm::kInheritedTapFd;  // --network jail: the jail's tap, already open
   auto net = q->command_line(p);
-  CHECK(after(net, "-netdev") == "tap,id=net,ifname=sbxtap0,script=no,downscript=no");
-  CHECK(has(net, "virtio-net-device,netdev=net"));
+  CHECK(after(net, "-netdev") == "tap,id=n0,fd=3,vhost=off");
+  CHECK(has(net, "virtio-net-device,netdev=n0"));
 }
 
 TEST_CASE("cloud-hypervisor: the API socket, vm.create and vm.boot") {
@@ -191,9 +193,19 @@ TEST_CASE("cloud-hypervisor: the API socket, vm.create and vm.boot") {
   CHECK(cfg["serial"]["mode"] == "File");
   CHECK_FALSE(cfg.contains("net"));
   CHECK(reqs[1].path == "/api/v1/vm.boot");
-  p.tap = "sbxtap0";
-  CHECK(nlohmann::json::parse(ch->boot_requests(p)[0].body)["net"][0]["tap"] == "sbxtap0");
   CHECK(reqs[1].body.empty());
+  CHECK(reqs[1].fd == -1);
+  // --network jail: the tap's fd goes with vm.add-net between create and boot (never in a body).
+  CHECK_FALSE(ch->tap_inherited());
+  p.tap_fd = 17;
+  auto jailed = ch->boot_requests(p);
+  REQUIRE(jailed.size() == 3);
+  CHECK_FALSE(nlohmann::json::parse(jailed[0].body).contains("net"));
+  CHECK(jailed[0].fd == -1);
+  CHECK(jailed[1].path == "/api/v1/vm.add-net");
+  CHECK(jailed[1].fd == 17);
+  CHECK(jailed[1].body.find("fd") == std::string::npos);
+  CHECK(jailed[2].path == "/api/v1/vm.boot");
 
   CHECK(sbx::microvm::http_bytes({"PUT", "/api/v1/vm.boot", ""}) ==
         "PUT /api/v1/vm.boot HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n"
@@ -246,6 +258,45 @@ TEST_CASE("cloud-hypervisor: API answers and the vsock CONNECT handshake over re
   peer.join();
   CHECK(hello == "CONNECT 1024\n");
   CHECK(std::string(rest, 5) == "AGENT");  // nothing after the OK line was swallowed
+}
+
+TEST_CASE("cloud-hypervisor: a request's descriptor reaches the API socket's peer (SCM_RIGHTS)") {
+  sbx_test::TempDir tmp("microvm");
+  std::string api = tmp.path + "/api.sock";
+  sbx::Fd listener = sbx::listen_unix(api);
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  sbx::Fd rd(p[0]), wr(p[1]);
+  std::string got;
+  sbx::Fd received;
+  std::thread peer([&] {
+    sbx::Fd c(::accept(listener.get(), nullptr, nullptr));
+    char buf[8192];
+    char ctl[CMSG_SPACE(sizeof(int))];
+    iovec iov{buf, sizeof buf};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    ssize_t n = ::recvmsg(c.get(), &m, 0);
+    got.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    if (cmsghdr* h = CMSG_FIRSTHDR(&m); h && h->cmsg_type == SCM_RIGHTS) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(h), sizeof fd);
+      received.reset(fd);
+    }
+    sbx::write_all(c.get(), "HTTP/1.1 204 No Content\r\n\r\n");
+  });
+  sbx::microvm::send_api_request(api, {"PUT", "/api/v1/vm.add-net", "{\"id\":\"n0\"}", wr.get()}, 5000);
+  peer.join();
+  CHECK(got.rfind("PUT /api/v1/vm.add-net HTTP/1.1\r\n", 0) == 0);
+  REQUIRE(received);
+  // The peer's copy is the very pipe: what it writes comes out of ours.
+  sbx::write_all(received.get(), "tap");
+  char buf[3];
+  REQUIRE(sbx::read_exact(rd.get(), buf, 3));
+  CHECK(std::string(buf, 3) == "tap");
 }
 
 TEST_CASE("the agent's cpio is newc, holds /sbin/sbx-agent and is padded for the archive after it") {
