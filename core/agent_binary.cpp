@@ -9,6 +9,14 @@
 
 namespace sbx {
 
+std::string sbx_binary_dir() {
+  char self[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  std::string dir(self, static_cast<size_t>(n));
+  return dir.substr(0, dir.rfind('/'));
+}
+
 std::string find_agent_binary() {
   std::string tried;
   auto usable = [&](const std::string& p) {
@@ -18,11 +26,7 @@ std::string find_agent_binary() {
   if (const char* env = std::getenv("SBX_AGENT"); env && *env) {
     if (usable(env)) return env;
   }
-  char self[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    std::string dir(self, static_cast<size_t>(n));
-    dir = dir.substr(0, dir.rfind('/'));
+  if (std::string dir = sbx_binary_dir(); !dir.empty()) {
     if (usable(dir + "/sbx-agent")) return dir + "/sbx-agent";
     if (usable(dir + "/../libexec/sbx/sbx-agent")) return dir + "/../libexec/sbx/sbx-agent";
   }

@@ -16,20 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/common/process.hpp"
+#include "core/agent_binary.hpp"
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
 
 namespace sbx::deno {
 
 namespace {
-
-std::string self_dir() {
-  char self[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return "";
-  std::string dir(self, static_cast<size_t>(n));
-  return dir.substr(0, dir.rfind('/'));
-}
 
 std::string package_version(const std::string& dir) {
   auto text = read_file_if_exists(dir + "/package.json");
@@ -96,7 +89,7 @@ Runtime find_runtime() {
     return path_exists(d + "/agent.ts");
   };
   const char* agent_env = std::getenv("SBX_DENO_AGENT");
-  std::string here = self_dir();
+  std::string here = sbx_binary_dir();
   for (const std::string& d : {std::string(agent_env ? agent_env : ""), here.empty() ? "" : here + "/sbx-agent-deno",
                                here.empty() ? "" : here + "/../libexec/sbx/sbx-agent-deno",
                                std::string(SBX_LIBEXECDIR) + "/sbx-agent-deno"}) {

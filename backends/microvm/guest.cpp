@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "backends/common/process.hpp"
+#include "core/agent_binary.hpp"
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
 
@@ -37,14 +38,6 @@ void cpio_entry(std::string& out, const std::string& name, uint32_t mode, const 
   while (out.size() % 4) out += '\0';
 }
 
-std::string self_dir() {
-  char self[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return "";
-  std::string dir(self, static_cast<size_t>(n));
-  return dir.substr(0, dir.rfind('/'));
-}
-
 }  // namespace
 
 std::string find_guest_dir() {
@@ -56,7 +49,7 @@ std::string find_guest_dir() {
   if (const char* env = std::getenv("SBX_GUEST_DIR"); env && *env) {
     if (usable(env)) return env;
   }
-  std::string self = self_dir();
+  std::string self = sbx_binary_dir();
   if (!self.empty()) {
     if (usable(self + "/guest")) return self + "/guest";
     if (usable(self + "/../lib/sbx/guest")) return self + "/../lib/sbx/guest";
