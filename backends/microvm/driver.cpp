@@ -15,6 +15,7 @@
 
 #include "backends/common/cgroup.hpp"
 #include "backends/common/net/jail.hpp"
+#include "backends/common/probes.hpp"
 #include "backends/common/process.hpp"
 #include "backends/microvm/guest.hpp"
 #include "backends/microvm/host.hpp"
@@ -308,9 +309,8 @@ class MicrovmDriver : public Driver {
 
 std::vector<Probe> probe(const Config& cfg, bool deep) {
   std::vector<Probe> out;
-  bool root = ::geteuid() == 0;
-  out.push_back({root, "running as root", root ? "uid 0" : "uid " + std::to_string(::geteuid()),
-                 "run sbx as root (micro-VMs get cgroups and their own host uid)"});
+  out.push_back(probes::running_as_root("micro-VMs get cgroups and their own host uid"));
+  bool root = out.back().ok;
   Accel accel = choose_accel();
   std::unique_ptr<Vmm> vmm;
   try {
@@ -333,10 +333,8 @@ std::vector<Probe> probe(const Config& cfg, bool deep) {
   } catch (const Error& e) {
     out.push_back({false, "guest image", e.message(), e.hint()});
   }
-  std::string why;
-  auto ctrls = cgroup::detect(&why);
-  bool all = ctrls.size() == 3;
-  out.push_back({all, "cgroups (memory, pids, cpu)", all ? "found" : why, "mount the memory, pids and cpu cgroup controllers"});
+  out.push_back(probes::cgroup_controllers());
+  bool all = out.back().ok;
   if (deep && ok && !guest.empty() && root && all) out.push_back(smoke_boot(cfg, [&](const Config& c) { return make(c); }));
   return out;
 }

@@ -22,6 +22,7 @@
 #include "backends/common/hostview.hpp"
 #include "backends/common/net/dns.hpp"
 #include "backends/common/net/jail.hpp"
+#include "backends/common/probes.hpp"
 #include "backends/common/process.hpp"
 #include "backends/runsc/bundle.hpp"
 #include "backends/runsc/runsc.hpp"
@@ -346,9 +347,8 @@ class RunscDriver : public Driver {
 
 std::vector<Probe> probe(const Config& cfg, bool deep) {
   std::vector<Probe> out;
-  bool root = ::geteuid() == 0;
-  out.push_back({root, "running as root", root ? "uid 0" : "uid " + std::to_string(::geteuid()),
-                 "run sbx as root (runsc needs it to start sandboxes)"});
+  out.push_back(probes::running_as_root("runsc needs it to start sandboxes"));
+  bool root = out.back().ok;
   std::string bin;
   try {
     bin = find_binary();
@@ -360,11 +360,7 @@ std::vector<Probe> probe(const Config& cfg, bool deep) {
   std::string ver = version(bin, &ok);
   out.push_back({ok, "runsc", bin + ": " + ver, "reinstall runsc (apt-get install --reinstall runsc)"});
   if (!ok || !root) return out;
-  std::string why;
-  auto ctrls = cgroup::detect(&why);
-  bool all = ctrls.size() == 3;
-  out.push_back({all, "cgroups (memory, pids, cpu)", all ? "found; runsc runs with --ignore-cgroups inside sbx's group" : why,
-                 "mount the memory, pids and cpu cgroup controllers (v1 or v2)"});
+  out.push_back(probes::cgroup_controllers(nullptr, "; runsc runs with --ignore-cgroups inside sbx's group"));
   try {
     // The kvm probe can take 5 s (it hangs on nested PVM hosts until its
     // timeout): doctor probes once per boot and caches the choice (delete

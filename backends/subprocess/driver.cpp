@@ -13,6 +13,7 @@
 #include "backends/common/cgroup.hpp"
 #include "backends/common/hostview.hpp"
 #include "backends/common/net/jail.hpp"
+#include "backends/common/probes.hpp"
 #include "backends/common/process.hpp"
 #include "backends/subprocess/launch.hpp"
 #include "core/agent_binary.hpp"
@@ -120,23 +121,16 @@ bool fs_supported(const std::string& name) {
 
 std::vector<Probe> probe(const Config& cfg, bool /*deep*/) {
   std::vector<Probe> out;
-  bool root = ::geteuid() == 0;
-  out.push_back({root, "running as root", root ? "uid 0" : "uid " + std::to_string(::geteuid()),
-                 "run sbx as root (the subprocess driver maps sandbox ids and mounts filesystems)"});
+  out.push_back(probes::running_as_root("the subprocess driver maps sandbox ids and mounts filesystems"));
   auto max_ns = read_file_if_exists("/proc/sys/user/max_user_namespaces");
   bool userns = max_ns && std::atoi(max_ns->c_str()) > 0;
   out.push_back({userns, "user namespaces", max_ns ? "max_user_namespaces=" + std::string(max_ns->substr(0, max_ns->find('\n'))) : "no /proc/sys/user/max_user_namespaces",
                  "enable user namespaces: sysctl user.max_user_namespaces=15000"});
   bool ovl = fs_supported("overlay");
   out.push_back({ovl, "overlayfs", ovl ? "listed in /proc/filesystems" : "not in /proc/filesystems", "modprobe overlay"});
-  std::string why;
-  auto ctrls = cgroup::detect(&why);
-  std::string found;
-  for (auto& c : ctrls) found += (found.empty() ? "" : ", ") + c.name + (c.v2 ? " (v2 at " : " (v1 at ") + c.root + ")";
-  bool all = ctrls.size() == 3;
-  out.push_back({all, "cgroups", all ? found : (found.empty() ? why : "only " + found),
-                 "mount the memory, pids and cpu cgroup controllers (v1 or v2)"});
-  if (all) {
+  std::vector<cgroup::Controller> ctrls;
+  out.push_back(probes::cgroup_controllers(&ctrls));
+  if (out.back().ok) {
     // On v1, each move into a cgroup waits for an RCU grace period (~14 ms)
     // unless some hierarchy is mounted with favordynmods.
     auto mounts = read_file_if_exists("/proc/self/mountinfo");
