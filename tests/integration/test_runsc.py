@@ -62,6 +62,18 @@ def test_agent_is_the_containers_init(sbx, make_sandbox, driver):
 
 
 @runsc_only
+def test_agent_socket_cannot_be_replaced(sbx, make_sandbox, driver):
+    # The share holding the agent's socket is writable only until the socket
+    # exists; sandboxed code must not swap in a listener of its own.
+    sid = make_sandbox(driver=driver)
+    for script in ("rm -f /.sbx/agent.sock", "mv /.sbx/agent.sock /.sbx/x", "touch /.sbx/planted"):
+        r = sbx.sh(sid, script)
+        assert r.rc != 0, f"`{script}` succeeded inside the sandbox: {r!r}"
+    assert not os.path.exists(os.path.join(sbx.sandbox_dir(sid), "sock", "planted"))
+    assert sbx.exec(sid, "echo", "still-mine").ok().out == "still-mine\n"
+
+
+@runsc_only
 def test_writable_layer_survives_between_execs(sbx, make_sandbox, driver):
     sid = make_sandbox(driver=driver)
     sbx.sh(sid, "echo kept > /work/f && echo tmp > /tmp/t").ok()
