@@ -8,7 +8,8 @@
 #include "backends/drivers.hpp"
 #include "cli/common.hpp"
 #include "core/fsutil.hpp"
-#include "core/remote_probe.hpp"
+#include "remote/backend.hpp"
+#include "remote/probe.hpp"
 
 namespace sbx::cli {
 
@@ -144,9 +145,19 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
       for (auto& p : probes) dj["checks"].push_back(probe_json(p));
       report["drivers"].push_back(dj);
     }
+    // The remote manager is a link of the chain, not a driver: checked once, here.
+    if (cfg.use_remote && !cfg.manager_url.empty()) {
+      auto problem = check_manager_health(cfg, cfg.manager_url);
+      driver_ok["remote"] = !problem;
+      report["remote"] = probe_json({!problem, "manager " + cfg.manager_url, problem ? *problem : "healthy",
+                                     "start sbx serve there, or check the URL and ADMIN_API_KEY; `sbx doctor --remote` says more"});
+    }
     bool usable = host.front().ok;
     nlohmann::json sel_json;
-    Selection sel = explain_selection(cfg, builtin_drivers(), nullptr);
+    auto known_health = [&](const std::string&) -> std::optional<std::string> {
+      return driver_ok["remote"] ? std::nullopt : std::optional<std::string>(report["remote"]["detail"].get<std::string>());
+    };
+    Selection sel = explain_selection(cfg, builtin_drivers(), report.contains("remote") ? HealthCheck(known_health) : nullptr);
     sel_json = {{"driver", sel.driver}, {"steps", sel.steps}, {"fell_back", sel.fell_back}};
     if (sel.failure) {
       usable = false;
@@ -172,6 +183,10 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
                   d["summary"].get<std::string>().c_str());
       for (auto& c : d["checks"])
         print_probe({c["ok"], c["name"], c["detail"], c["remedy"], c["advisory"]}, "    ");
+    }
+    if (report.contains("remote")) {
+      auto& r = report["remote"];
+      print_probe({r["ok"], r["name"], r["detail"], r["remedy"], r["advisory"]}, "");
     }
     std::printf("backend selection:\n");
     if (sel_json.contains("steps"))

@@ -69,6 +69,8 @@ uint64_t Pool::size_of(const std::string& driver) const {
 }
 
 bool Pool::usable(const std::string& driver, std::string* why) {
+  // The manager's API threads and its refiller share one Pool.
+  std::lock_guard lock(usable_mu_);
   auto now = std::chrono::steady_clock::now();
   auto [entry, fresh] = usable_.try_emplace(driver);
   if (fresh || now - entry->second.at > kProbeTtl) {
@@ -77,8 +79,6 @@ bool Pool::usable(const std::string& driver, std::string* why) {
     auto* info = find_driver(drivers_, driver);
     if (!info) {
       why_not = "no driver named '" + driver + "' (drivers: " + driver_names(drivers_) + ")";
-    } else if (!info->make) {
-      why_not = "driver '" + driver + "' does not run sandboxes on this host";
     } else {
       for (auto& p : info->probe(cfg_, false))
         if (!p.ok && !p.advisory) {

@@ -1,4 +1,4 @@
-#include "core/remote_backend.hpp"
+#include "remote/backend.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,7 +13,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/remote_index.hpp"
+#include "remote/index.hpp"
 #include "tests/unit/helpers.hpp"
 
 using nlohmann::json;

@@ -1,4 +1,4 @@
-#include "core/remote_backend.hpp"
+#include "remote/backend.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,10 +16,9 @@
 #include "core/fd.hpp"
 #include "core/fsutil.hpp"
 #include "core/lazy_libs.hpp"
-#include "core/remote_http.hpp"
-#include "core/remote_wire.hpp"
-#include "core/remote_index.hpp"
 #include "core/units.hpp"
+#include "remote/http.hpp"
+#include "remote/index.hpp"
 
 namespace sbx {
 
@@ -56,27 +55,6 @@ bool tls_failure(CURLcode rc) {
   throw e;
 }
 
-std::optional<Errc> errc_named(std::string_view name) {
-  for (int i = 0; i <= static_cast<int>(Errc::internal); ++i)
-    if (code_name(static_cast<Errc>(i)) == name) return static_cast<Errc>(i);
-  return std::nullopt;
-}
-
-Errc errc_for_status(long status) {
-  switch (status) {
-    case 400: return Errc::invalid_argument;
-    case 401: return Errc::unauthenticated;
-    case 403: return Errc::forbidden;
-    case 404: return Errc::not_found;
-    case 409: return Errc::conflict;
-    case 413:
-    case 429: return Errc::limit_exceeded;
-    case 503: return Errc::unavailable;
-    case 504: return Errc::timeout;
-    default: return status >= 500 ? Errc::internal : Errc::protocol;
-  }
-}
-
 // The first line of a body, short enough for a message.
 std::string snippet(const std::string& body) {
   std::string s = body.substr(0, body.find('\n'));
@@ -88,13 +66,9 @@ std::string snippet(const std::string& body) {
 [[noreturn]] void throw_http(const Request& req, const Response& res) {
   json j = json::parse(res.body, nullptr, false);
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
-    const json& e = j["error"];
-    Errc code = errc_named(str_field(e, "code")).value_or(errc_for_status(res.status));
-    std::string message = str_field(e, "message");
-    Error err(code, message.empty() ? "manager " + req.shown + " answered HTTP " + std::to_string(res.status) : message);
-    std::string hint = str_field(e, "hint");
-    if (hint.empty() && code == Errc::unauthenticated) hint = "set ADMIN_API_KEY to the manager's key";
-    if (!hint.empty()) err.set_hint(hint);
+    Error err = error_from_json(j["error"], errc_for_http_status(res.status),
+                                "manager " + req.shown + " answered HTTP " + std::to_string(res.status));
+    if (err.hint().empty() && err.code() == Errc::unauthenticated) err.set_hint("set ADMIN_API_KEY to the manager's key");
     throw err;
   }
   // The status alone is unambiguous for these, whoever (a proxy?) wrote the body.
@@ -272,7 +246,9 @@ ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, Ex
 
 std::vector<SandboxRecord> RemoteBackend::list() {
   json answer = call_json("GET", "/v1/sandboxes", nullptr);
-  auto recs = decode("a sandbox list", [&] { return answer.at("sandboxes").get<std::vector<SandboxRecord>>(); });
+  // A bare array (this API); {"sandboxes": [...]} from a manager of before the platform's contract.
+  const json& items = answer.is_object() && answer.contains("sandboxes") ? answer["sandboxes"] : answer;
+  auto recs = decode("a sandbox list", [&] { return items.get<std::vector<SandboxRecord>>(); });
   for (auto& r : recs) r = as_seen_here(std::move(r));
   return recs;
 }
@@ -480,6 +456,17 @@ std::optional<std::string> check_manager_health(const Config& cfg, const std::st
     }
   }
   return reason;
+}
+
+bool StripRootSource::next(FileEntry& entry) {
+  if (!inner_.next(entry)) return false;
+  size_t slash = entry.path.find('/');
+  std::string first = entry.path.substr(0, slash);
+  if (!root_) root_ = first;
+  else if (first != *root_)
+    throw Error(Errc::protocol, "the manager's tar holds '" + entry.path + "' outside its root '" + *root_ + "'");
+  entry.path = slash == std::string::npos ? std::string() : entry.path.substr(slash + 1);
+  return true;
 }
 
 }  // namespace sbx

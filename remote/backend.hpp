@@ -1,6 +1,6 @@
-// The remote driver: a Backend that is a client of `sbx serve` (docs/api.md).
-// Also the pieces of that protocol the server reuses or tests need alone:
-// base64, the UTF-8 check, the spec's request form, the exec stream parser.
+// The client of a remote manager: a Backend that forwards every call to an
+// `sbx serve` (docs/api.md), and the health check the fallback chain asks.
+// The wire format it shares with the server is core/wire.hpp.
 #pragma once
 
 #include <cstdint>
@@ -13,48 +13,9 @@
 
 #include "core/backend.hpp"
 #include "core/config.hpp"
+#include "core/wire.hpp"
 
 namespace sbx {
-
-/// Standard base64 (RFC 4648, with padding).
-std::string base64_encode(std::string_view data);
-/// Decodes standard base64 (padding optional); throws invalid_argument on anything else.
-std::string base64_decode(std::string_view text);
-/// Whether s is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF),
-/// i.e. whether it can travel as a JSON string.
-bool valid_utf8(std::string_view s);
-
-/// The body of POST /v1/sandboxes for a spec: only the fields that were set
-/// (defaults are the manager's to pick), and never driver "remote".
-nlohmann::json spec_request_json(const SandboxSpec& spec);
-
-/// Parses an exec's NDJSON stream as it arrives, in pieces of any size.
-class NdjsonExecParser {
- public:
-  using Sink = std::function<void(std::string_view)>;
-  NdjsonExecParser(Sink on_stdout, Sink on_stderr);
-
-  /// Takes the next bytes of the stream; calls the sinks for each complete line.
-  /// Throws protocol for a malformed line or data after the exit line.
-  void feed(std::string_view data);
-  /// The stream ended: parses a last line that lacked its newline.
-  void finish();
-  /// Whether the exit line has been seen.
-  bool done() const { return done_; }
-  /// How the command ended (valid once done()).
-  const ExecResult& result() const { return result_; }
-  /// The exit line's error: why the command did not start, or empty.
-  const std::string& error() const { return error_; }
-
- private:
-  void line(std::string_view text);
-  Sink on_stdout_;
-  Sink on_stderr_;
-  std::string partial_;
-  bool done_ = false;
-  ExecResult result_;
-  std::string error_;
-};
 
 /// Presents a tar of one tree ("base", "base/a", ...) as the tree itself
 /// ("", "a", ...): the manager names a tar's root after the path's base name,
