@@ -126,7 +126,7 @@ class Api {
   std::shared_ptr<void> reserve_exec(const std::string& key);
   /// Runs a /commands string on a driver without a shell (deno) as the
   /// documented subset (core/shell_subset.hpp): one exec per step.
-  ExecResult run_shell_subset(const std::string& id, const std::string& command, uint64_t timeout_ms, ExecIO& io);
+  ExecResult run_shell_subset(const SandboxRecord& rec, const std::string& command, uint64_t timeout_ms, ExecIO& io);
   /// A buffered command's outcome.
   struct Buffered {
     nlohmann::json exit;     ///< the exit record (exit_code, signal, timed_out, ...)

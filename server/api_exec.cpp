@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/shell_subset.hpp"
 #include "core/units.hpp"
 #include "core/wire.hpp"
 #include "server/api_internal.hpp"
@@ -326,7 +327,7 @@ HttpResponse Api::commands(const HttpRequest& req, const SandboxRecord& rec) {
   Buffered b = run_buffered(req, false, [&](ExecIO& io) -> json {
     ExecResult r;
     try {
-      r = rec.spec.driver == "deno" ? run_shell_subset(rec.id, command, er.timeout_ms, io) : backend_.exec(rec.id, er, io);
+      r = rec.spec.driver == "deno" ? run_shell_subset(rec, command, er.timeout_ms, io) : backend_.exec(rec.id, er, io);
     } catch (...) {
       metrics_.failure("exec");
       throw;
@@ -346,8 +347,37 @@ HttpResponse Api::commands(const HttpRequest& req, const SandboxRecord& rec) {
   return json_response(200, out);
 }
 
-ExecResult Api::run_shell_subset(const std::string&, const std::string&, uint64_t, ExecIO&) {
-  throw Error(Errc::unavailable, "the deno driver runs no shell");
+ExecResult Api::run_shell_subset(const SandboxRecord& rec, const std::string& command, uint64_t timeout_ms,
+                                 ExecIO& io) {
+  auto steps = parse_shell_subset(command);
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + std::chrono::milliseconds(timeout_ms);
+  ExecResult last;
+  struct Stop {};  // a step timed out or was killed: the rest of the line does not run
+  ShellStart start;
+  start.env = rec.spec.env;
+  start.workdir = rec.spec.workdir;
+  try {
+    last.exit_code = sbx::run_shell_subset(steps, [&](const ShellCommand& c) {
+      ExecRequest er;
+      er.argv = c.argv;
+      er.env = c.env;
+      er.cwd = c.cwd;
+      if (timeout_ms) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+        er.timeout_ms = static_cast<uint64_t>(std::max<int64_t>(left, 1));
+      }
+      io.error.clear();
+      last = backend_.exec(rec.id, er, io);
+      // As sh says it: a command that did not start is a line on stderr and its status, and the line goes on.
+      if (!io.error.empty() && io.on_stderr) io.on_stderr("sh: " + io.error + "\n");
+      io.error.clear();
+      if (last.timed_out || last.signal == SIGKILL) throw Stop{};
+      return last.exit_code;
+    }, start);
+  } catch (const Stop&) {
+  }
+  return last;
 }
 
 }  // namespace sbx::server

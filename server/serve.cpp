@@ -19,6 +19,8 @@ namespace {
 
 // How often the warm pool is topped up; a claim is noticed within this long.
 constexpr auto kPoolRefillInterval = std::chrono::milliseconds(500);
+// How often /healthz's driver probes are run again (a driver going away shows within this long).
+constexpr auto kProbeInterval = std::chrono::seconds(10);
 
 void say(const std::string& line) { std::fprintf(stderr, "sbx serve: %s\n", line.c_str()); }
 
@@ -210,6 +212,7 @@ int serve(const Config& cfg, const DriverTable& drivers, const ServeOptions& opt
       say(std::string("reaper: ") + e.what());
     }
   });
+  Ticker prober(kProbeInterval, false, [&] { api.refresh_probes(); });
   bool pooling = false;
   for (auto& [d, n] : cfg.pool_sizes) pooling = pooling || n > 0;
   std::string last_pool_errors;
@@ -222,6 +225,7 @@ int serve(const Config& cfg, const DriverTable& drivers, const ServeOptions& opt
   if (refiller) refiller->stop();
   drain(api, srv, cfg, sig);
   reaper.stop();
+  prober.stop();
   srv.stop();
   say("stopped");
   return 0;
