@@ -66,9 +66,10 @@ struct DriverInfo {
   /// (doctor) may take seconds (smoke runs, platform probes); otherwise (a
   /// manager's /healthz) it must answer from what is known or cached.
   std::vector<Probe> (*probe)(const Config& cfg, bool deep);
-  /// Makes a driver instance for this configuration; nullptr for "remote",
-  /// which forwards whole calls (RemoteBackend) instead of running sandboxes here.
+  /// Makes a driver instance for this configuration.
   std::unique_ptr<Driver> (*make)(const Config& cfg);
+  /// Whether --network jail works on this driver (deno has no network at all).
+  bool network_jail = false;
 };
 
 using DriverTable = std::vector<DriverInfo>;

@@ -38,6 +38,8 @@ void make_workdir(AgentClient& agent, const std::string& workdir) {
 SandboxSpec pool_spec(const std::string& driver, const Config& cfg, const DriverTable& drivers) {
   SandboxSpec s;
   s.driver = driver;
+  // The network creates will ask for by default, or no claim would ever fit.
+  if (auto* info = find_driver(drivers, driver); info && info->network_jail) s.network = cfg.default_network;
   s = normalize_spec(s, cfg, drivers);
   // Never collected for idleness or age while pooled; a claim sets the caller's values.
   s.idle_timeout_s = 0;

@@ -154,7 +154,10 @@ int pending_signal(int fd) {
 // ---------------------------------------------------------------- RemoteBackend
 
 RemoteBackend::RemoteBackend(const Config& cfg, std::string url, std::string api_key)
-    : state_dir_(cfg.state_dir), url_(normalized_url(std::move(url))), api_key_(std::move(api_key)) {
+    : state_dir_(cfg.state_dir),
+      default_network_(cfg.default_network),
+      url_(normalized_url(std::move(url))),
+      api_key_(std::move(api_key)) {
   if (!http_url(url_))
     throw Error(Errc::invalid_argument, "manager URL '" + redact(url_) + "' is not an http:// or https:// URL")
         .set_hint("set SANDBOX_MANAGER_URL, e.g. http://manager:8000");
@@ -183,6 +186,9 @@ json RemoteBackend::call_json(const std::string& method, const std::string& path
 
 SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
   json body = spec_request_json(spec);
+  // sbx's own defaults travel with the call, so `sbx create` is the same sandbox
+  // whichever backend runs it; the manager's default is for clients that say nothing.
+  if (!body.contains("network")) body["network"] = default_network_;
   json answer = call_json("POST", "/v1/sandboxes", &body);
   auto rec = as_seen_here(decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); }));
   try {

@@ -56,6 +56,7 @@ class RemoteBackend : public Backend {
   SandboxRecord as_seen_here(SandboxRecord rec) const;
 
   std::string state_dir_;
+  std::string default_network_;  ///< the client's defaults.network, sent when the spec does not say
   std::string url_;  ///< without a trailing slash
   std::string api_key_;
 };

@@ -41,7 +41,8 @@ bool may_see(const ApiKey& key, const SandboxRecord& rec) {
 }
 
 Error no_such_sandbox(const std::string& id) {
-  return Error(Errc::not_found, "sandbox " + id.substr(0, 64) + " does not exist");
+  return Error(Errc::not_found, "sandbox " + id.substr(0, 64) + " does not exist")
+      .set_hint("GET /v1/sandboxes (sbx ls) lists the sandboxes this key can see");
 }
 
 // The methods each known path answers, for 405's Allow.
@@ -220,8 +221,9 @@ SandboxSpec Api::manager_spec(SandboxSpec spec, const json& body, const ApiKey& 
   for (auto& [k, v] : spec.labels)
     if (k.rfind("sbx.", 0) == 0) throw Error(Errc::invalid_argument, "labels starting with 'sbx.' are reserved");
   spec.labels[kOwnerLabel] = key.name;
-  // The guide's sandboxes are network-jailed; the deno driver has no jail (and no network at all).
-  if (!body.contains("network") && spec.driver != "deno") spec.network = cfg_.server.default_network;
+  // The guide's sandboxes are network-jailed; a driver without a jail (deno) has no network at all.
+  if (auto* info = find_driver(drivers_, spec.driver); info && info->network_jail && !body.contains("network"))
+    spec.network = cfg_.default_network;
   if (!spec.image.empty()) {
     // Over the API an image is a name the operator listed, never a host path (`/` would hand out the host's root).
     auto it = cfg_.server.images.find(spec.image);

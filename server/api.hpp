@@ -72,6 +72,7 @@ class Api {
  public:
   /// `backend` runs the sandboxes (shared with the pool refiller; a fake in unit
   /// tests); `drivers` is what /healthz probes and create's default comes from.
+  /// cfg.default_network is what API creates on a driver with a jail get when they do not say.
   Api(const Config& cfg, const DriverTable& drivers, Backend& backend, KeyRing keys, Limits limits);
   ~Api();
 

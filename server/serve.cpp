@@ -175,7 +175,10 @@ void drain(Api& api, HttpServer& srv, const Config& cfg, int sig) {
 
 }  // namespace
 
-int serve(const Config& cfg, const DriverTable& drivers, const ServeOptions& opts) {
+int serve(const Config& config, const DriverTable& drivers, const ServeOptions& opts) {
+  // Sandboxes made here that do not say otherwise (API creates, the warm pool) get the manager's network.
+  Config cfg = config;
+  cfg.default_network = cfg.server.default_network;
   if (!cfg.driver_override.empty() && !find_driver(drivers, cfg.driver_override))
     throw Error(Errc::invalid_argument, "unknown driver '" + cfg.driver_override + "'")
         .set_hint("drivers: " + driver_names(drivers));

@@ -575,6 +575,9 @@ def driver_problem(sbx: Sbx, name: str) -> str | None:
         problem = f"`sbx doctor --driver {name} --json` gave no JSON report (exit {r.rc}): {r.err.strip()}"
     else:
         entry = next((d for d in rep.get("drivers", []) if d.get("name") == name), None)
+        # The manager is no local driver: doctor reports it on its own ("remote": one check).
+        if name == "remote" and isinstance(rep.get("remote"), dict):
+            entry = {"ok": rep["remote"].get("ok"), "checks": [rep["remote"]]}
         sel = rep.get("selection") or {}
         if entry is None:
             problem = (f"driver {name!r} is not part of this sbx build "
