@@ -5,6 +5,7 @@
 #include "backends/runsc/driver.hpp"
 #include "backends/subprocess/driver.hpp"
 #include "core/config.hpp"
+#include "core/error.hpp"
 #include "core/remote_backend.hpp"
 
 namespace sbx {
@@ -13,9 +14,13 @@ namespace {
 std::vector<Probe> probe_remote(const Config& cfg, bool /*deep*/) {
   if (cfg.manager_url.empty())
     return {{false, "manager URL", "SANDBOX_MANAGER_URL is not set", "set SANDBOX_MANAGER_URL to a running sbx serve"}};
-  auto problem = check_manager_health(cfg, cfg.manager_url);
-  return {{!problem, "manager " + cfg.manager_url, problem ? *problem : "healthy",
-           "start sbx serve there, or check the URL and ADMIN_API_KEY; `sbx doctor --remote` says more"}};
+  try {
+    auto problem = check_manager_health(cfg, cfg.manager_url);
+    return {{!problem, "manager " + cfg.manager_url, problem ? *problem : "healthy",
+             "start sbx serve there, or check the URL and ADMIN_API_KEY; `sbx doctor --remote` says more"}};
+  } catch (const Error& e) {
+    return {{false, "manager " + cfg.manager_url, e.message(), e.hint()}};
+  }
 }
 }  // namespace
 

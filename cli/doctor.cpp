@@ -8,6 +8,7 @@
 #include "backends/drivers.hpp"
 #include "cli/common.hpp"
 #include "core/fsutil.hpp"
+#include "core/remote_backend.hpp"
 #include "core/remote_probe.hpp"
 
 namespace sbx::cli {
@@ -52,8 +53,11 @@ int remote_report(const Config& cfg, const std::string& url, bool as_json) {
                         : "check the URL and that `sbx serve` runs there and is reachable from here"});
   if (p.reachable) {
     checks.push_back({true, "TLS", p.tls ? "https, certificate verified" : "plain http (use --tls-cert/--tls-key on a network)", ""});
-    bool auth = p.http_status != 401;
-    checks.push_back({auth, "auth", auth ? "the API key was accepted" : "the API key was refused (401)",
+    bool auth = p.http_status != 401 && p.http_status != 403;
+    checks.push_back({auth, "auth",
+                      auth ? "the API key was accepted"
+                           : "the API key was refused (HTTP " + std::to_string(p.http_status) +
+                                 "); sbx stops there and never falls back to local execution",
                       "set ADMIN_API_KEY to the manager's key"});
     if (auth && p.health) {
       auto& h = *p.health;
@@ -146,7 +150,9 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
     }
     bool usable = host.front().ok;
     nlohmann::json sel_json;
-    Selection sel = explain_selection(cfg, builtin_drivers(), nullptr);
+    // The remote driver's probe above has just checked (and cached) the manager's health.
+    Selection sel = explain_selection(cfg, builtin_drivers(),
+                                      [&](const std::string& url) { return check_manager_health(cfg, url); });
     sel_json = {{"driver", sel.driver}, {"steps", sel.steps}, {"fell_back", sel.fell_back}};
     if (sel.failure) {
       usable = false;

@@ -95,6 +95,8 @@ std::string snippet(const std::string& body) {
     std::string hint = str_field(e, "hint");
     if (hint.empty() && code == Errc::unauthenticated) hint = "set ADMIN_API_KEY to the manager's key";
     if (!hint.empty()) err.set_hint(hint);
+    // A refused key is this host's configuration to fix: say which manager refused it.
+    if (code == Errc::unauthenticated || code == Errc::forbidden) err.add_context("manager " + req.shown);
     throw err;
   }
   // The status alone is unambiguous for these, whoever (a proxy?) wrote the body.
@@ -448,8 +450,6 @@ std::optional<std::string> probe_health(const std::string& api_key, const std::s
     if (j.is_object()) return std::nullopt;
     return "HTTP 200 without a JSON body (is this an sbx manager?)";
   }
-  std::string prefix = "HTTP " + std::to_string(res.status) + ": ";
-  if (res.status == 401) return prefix + "the API key was refused";
   std::string text;
   if (j.is_object()) {
     if (j.contains("error") && j["error"].is_object()) text = str_field(j["error"], "message");
@@ -458,7 +458,18 @@ std::optional<std::string> probe_health(const std::string& api_key, const std::s
   } else {
     text = snippet(res.body);
   }
-  return prefix + (text.empty() ? "no details" : text);
+  std::string status = "HTTP " + std::to_string(res.status) + ": " + (text.empty() ? "no details" : text);
+  // A manager that refuses the key is up and says no: that is this host's
+  // configuration to fix, and falling back would run the code here instead.
+  if (res.status == 401)
+    throw Error(Errc::unauthenticated, "manager " + req.shown + " refused the API key (" + status + ")")
+        .set_hint("set ADMIN_API_KEY to a key the manager accepts; sbx does not fall back to local "
+                  "execution when the manager refuses the key");
+  if (res.status == 403)
+    throw Error(Errc::forbidden, "manager " + req.shown + " denied this API key (" + status + ")")
+        .set_hint("ask the manager's operator for a key it accepts; sbx does not fall back to local "
+                  "execution when the manager refuses the key");
+  return status;
 }
 
 }  // namespace

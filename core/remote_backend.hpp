@@ -103,6 +103,8 @@ class RemoteBackend : public Backend {
 /// cfg.api_key: nullopt when healthy, else a short reason ("connection refused",
 /// "HTTP 503: ...", "timed out after 1.5 s"). Cached for 5 s in
 /// <state_dir>/remote-health.json so a burst of CLI calls pays for one check.
+/// A refused key (HTTP 401 or 403) is no verdict on health but a configuration
+/// error: thrown (unauthenticated or forbidden, naming the manager), never cached.
 std::optional<std::string> check_manager_health(const Config& cfg, const std::string& url);
 
 }  // namespace sbx

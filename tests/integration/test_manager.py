@@ -937,6 +937,48 @@ def test_fallback_none_fails_closed_naming_the_url(clients):
     assert not Path(c.state_dir, "sandboxes").is_dir() or not any(Path(c.state_dir, "sandboxes").iterdir())
 
 
+def no_local_sandboxes(c) -> bool:
+    sb = Path(c.state_dir, "sandboxes")
+    return not sb.is_dir() or not any(sb.iterdir())
+
+
+@pytest.mark.parametrize("local", ["subprocess", "none"])
+def test_a_refused_key_is_an_error_never_a_fallback(manager, clients, local):
+    # The manager is up and refuses the key: a configuration error to fix, not
+    # an outage to route around by running the code on this host.
+    c = clients.new(remote_env(manager, ADMIN_API_KEY=strong_key(), LOCAL_SANDBOX_BACKEND=local))
+    unknown = "sbx_aaaaaaaaaaaa"
+    calls = [("exec", "--rm", "--", "sh", "-c", "echo ran-here"), ("create",), ("ls",), ("gc",),
+             ("exec", unknown, "--", "sh", "-c", "echo ran-here"), ("rm", unknown),
+             ("cp", f"{unknown}:/etc/hostname", os.path.join(c.state_dir, "..", "copied"))]
+    for args in calls:
+        r = c.run(*args)
+        assert r.rc == 125, r
+        assert r.out == "", r
+        assert manager.url in r.err and "refused the API key" in r.err, r
+        assert "ADMIN_API_KEY" in r.err, f"the hint should name the setting to fix: {r!r}"
+        assert "falling back" not in r.err and not warnings_of(r), r
+    assert no_local_sandboxes(c), "a refused key ran something locally"
+    r = c.run("doctor")
+    assert r.rc == 1 and "refused the API key" in r.out and "not falling back" in r.out, r
+
+
+def test_a_refused_key_on_a_remembered_sandbox_is_an_error(manager, clients):
+    c = clients.new(remote_env(manager))
+    sid = c.create(driver=None)
+    try:
+        # The id remembers its manager; the key has changed (rotated, mistyped) since.
+        wrong = {"ADMIN_API_KEY": strong_key()}
+        for args in (("exec", sid, "--", "sh", "-c", "echo ran-here"), ("ls",), ("rm", sid)):
+            r = c.run(*args, env=wrong)
+            assert r.rc == 125 and r.out == "" and "falling back" not in r.err, r
+            assert manager.url in r.err, r
+        assert no_local_sandboxes(c)
+        assert sid in manager.ids()
+    finally:
+        manager.delete(sid)
+
+
 def test_local_none_with_healthy_manager_uses_it(manager, clients):
     c = clients.new(remote_env(manager, LOCAL_SANDBOX_BACKEND="none"))
     offset = manager.log_size()
