@@ -227,7 +227,10 @@ SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
   return rec;
 }
 
-ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
+namespace {
+
+// The exec fields of an exec or run request (reads stdin when it is open).
+json exec_body(const ExecRequest& req, ExecIO& io) {
   // JSON strings carry only UTF-8; checked before stdin is consumed.
   for (auto& a : req.argv)
     if (!valid_utf8(a)) throw Error(Errc::invalid_argument, "command arguments must be UTF-8 for a remote exec");
@@ -243,12 +246,17 @@ ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, Ex
     if (valid_utf8(data)) body["stdin"] = std::move(data);
     else body["stdin_b64"] = base64_encode(data);
   }
+  return body;
+}
 
+}  // namespace
+
+ExecResult RemoteBackend::stream_exec(const std::string& path, const json& body, ExecIO& io) {
   NdjsonExecParser parser(io.on_stdout, io.on_stderr);
   int sig = 0;
   Request r;
   r.method = "POST";
-  r.url = url_ + sandbox_path(id) + "/exec";
+  r.url = url_ + path;
   r.shown = redact(url_);
   r.api_key = api_key_;
   r.headers = {"Content-Type: application/json", "Accept: application/x-ndjson"};
@@ -270,6 +278,21 @@ ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, Ex
   if (!parser.done()) throw Error(Errc::protocol, "the manager closed the stream before the command finished");
   io.error = parser.error();
   return parser.result();
+}
+
+ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
+  return stream_exec(sandbox_path(id) + "/exec", exec_body(req, io), io);
+}
+
+OneShotResult RemoteBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
+  // /v1/run ties the sandbox to this request: a client killed mid-call leaves
+  // nothing on the manager, which create + exec + delete could not promise.
+  json body = exec_body(req, io);
+  body["sandbox"] = spec_request_json(spec);
+  OneShotResult out;
+  out.spec = spec;
+  out.exec = stream_exec("/v1/run", body, io);
+  return out;
 }
 
 std::vector<SandboxRecord> RemoteBackend::list() {

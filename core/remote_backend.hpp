@@ -79,6 +79,7 @@ class RemoteBackend : public Backend {
   std::string where() const override { return url_; }
   SandboxRecord create(const SandboxSpec& spec, const Progress& progress) override;
   ExecResult exec(const std::string& id, const ExecRequest& req, ExecIO& io) override;
+  OneShotResult run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) override;
   std::vector<SandboxRecord> list() override;
   SandboxRecord get(const std::string& id) override;
   void remove(const std::string& id) override;
@@ -88,6 +89,8 @@ class RemoteBackend : public Backend {
   uint64_t get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) override;
 
  private:
+  /// POSTs body to path and relays the NDJSON answer to io; a signal on io.signal_fd drops the call.
+  ExecResult stream_exec(const std::string& path, const nlohmann::json& body, ExecIO& io);
   /// A JSON request with a JSON answer; throws the manager's error.
   nlohmann::json call_json(const std::string& method, const std::string& path, const nlohmann::json* body);
   std::string sandbox_path(const std::string& id) const;

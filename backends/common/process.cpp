@@ -18,23 +18,6 @@
 
 namespace sbx::proc {
 
-uint64_t start_time(pid_t pid) {
-  auto stat = read_file_if_exists("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return 0;
-  auto close = stat->rfind(')');
-  if (close == std::string::npos) return 0;
-  // Fields after the command: state is the 3rd field, starttime the 22nd.
-  const char* s = stat->c_str() + close + 2;
-  char state = *s;
-  if (state == 'Z' || state == 'X') return 0;
-  int field = 3;
-  while (*s && field < 22) {
-    if (*s == ' ') ++field;
-    ++s;
-  }
-  return std::strtoull(s, nullptr, 10);
-}
-
 void kill_pinned(pid_t pid, uint64_t start, int timeout_ms) {
   if (pid <= 0 || start_time(pid) != start) return;
   Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));

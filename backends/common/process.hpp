@@ -1,6 +1,6 @@
-// Host processes a driver starts or watches: the start-time check that tells
-// a live pid from a recycled one, and running a helper tool (runsc, ...) with
-// a deadline so a hung tool can never hang sbx.
+// Host processes a driver starts or watches: killing one pinned by its start
+// time (core/pinned_pid.hpp tells a live pid from a recycled one), and running
+// a helper tool (runsc, ...) with a deadline so a hung tool can never hang sbx.
 #pragma once
 
 #include <sys/types.h>
@@ -9,14 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "core/pinned_pid.hpp"
+
 namespace sbx::cgroup {
 class Group;
 }
 
 namespace sbx::proc {
-
-/// Start time (clock ticks since boot) of pid, or 0 if it is gone or a zombie.
-uint64_t start_time(pid_t pid);
 
 /// SIGKILLs pid if it is still the process that started at `start` (a pidfd
 /// pins it, so a recycled pid is never hit) and waits up to timeout_ms for it to go.

@@ -301,7 +301,7 @@ class DenoDriver : public Driver {
   }
 
   bool alive(const SandboxRecord& rec) override {
-    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
+    return proc::alive(rec.agent_pid, rec.agent_start);
   }
 
   void destroy(const SandboxRecord& rec, const std::string& /*dir*/) override {

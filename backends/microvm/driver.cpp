@@ -249,7 +249,7 @@ class MicrovmDriver : public Driver {
   std::string sandbox_dir(const std::string& id) const { return cfg_.state_dir + "/sandboxes/" + id; }
 
   static bool process_alive(const SandboxRecord& rec) {
-    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
+    return proc::alive(rec.agent_pid, rec.agent_start);
   }
 
   static void check_spec(const SandboxSpec& spec) {

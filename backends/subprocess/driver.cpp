@@ -61,7 +61,7 @@ class SubprocessDriver : public Driver {
   Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/agent.sock", "the sandbox's agent"); }
 
   bool alive(const SandboxRecord& rec) override {
-    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
+    return proc::alive(rec.agent_pid, rec.agent_start);
   }
 
   void destroy(const SandboxRecord& rec, const std::string& /*dir*/) override {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ID_RE, Sbx, mountinfo_lines_mentioning, pid_alive, wait_until
+from conftest import ID_RE, Sbx, mountinfo_lines_mentioning, pid_alive, signal_once_started, wait_until
 
 subprocess_only = pytest.mark.only_drivers("subprocess")
 
@@ -179,6 +179,47 @@ def test_orphan_cgroup_reaped(gc_sbx, make_sandbox, driver):
 
 
 @subprocess_only
+def _started_then_sleep(driver: str) -> list[str]:
+    if driver == "deno":
+        return ["python3", "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    return ["sh", "-c", "echo started; sleep 60"]
+
+
+def test_killed_exec_rm_is_collected(gc_sbx, driver):
+    # What a CI runner does at its deadline: kill -9 of `sbx exec --rm`.
+    before = set(gc_sbx.ls_ids())
+    p = gc_sbx.popen("exec", "--rm", "--driver", driver, "--", *_started_then_sleep(driver))
+    (sid,) = signal_once_started(p, signal.SIGKILL, lambda: set(gc_sbx.ls_ids()) - before)
+    if driver == "remote":
+        # The manager ties a one-shot to its HTTP request: gone with the client, no gc needed.
+        assert wait_until(lambda: sid not in gc_sbx.ls_ids(), 10), f"{sid} outlived its killed client on the manager"
+        return
+    rec = gc_sbx.record(sid)
+    assert rec and rec["one_shot"]["pid"] == p.pid, rec
+    r = gc_sbx.run("gc", "--json").ok()
+    a = _sandbox_actions(json.loads(r.stdout)).get(sid)
+    assert a and a["done"] and a["reason"] == f"one-shot client (pid {p.pid}) is gone", r
+    assert sid not in gc_sbx.ls_ids()
+    assert not os.path.exists(gc_sbx.sandbox_dir(sid))
+    assert not [d for d in gc_sbx.cgroup_dirs(sid) if os.path.isdir(d)]
+
+
+def test_live_exec_rm_is_kept_by_gc(gc_sbx, driver):
+    before = set(gc_sbx.ls_ids())
+    p = gc_sbx.popen("exec", "--rm", "--driver", driver, "--", *_started_then_sleep(driver))
+
+    def gc_while_it_runs():
+        (sid,) = set(gc_sbx.ls_ids()) - before
+        r = gc_sbx.run("gc", "--json").ok()
+        assert sid not in _sandbox_actions(json.loads(r.stdout)), r
+        assert sid in gc_sbx.ls_ids()
+        return sid
+
+    sid = signal_once_started(p, signal.SIGTERM, gc_while_it_runs)
+    assert p.returncode == 143
+    assert sid not in gc_sbx.ls_ids()
+
+
 def test_gc_spares_other_state_roots(sbx, sandbox, session_root, driver):
     # Two state roots on one host (e.g. per-user roots, or CI jobs with their own
     # SBX_STATE_DIR). gc of one must not treat the other's live sandboxes as orphans.

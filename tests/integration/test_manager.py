@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ID_RE, SBX_BIN, pid_alive, wait_until
+from conftest import ID_RE, SBX_BIN, Sbx, pid_alive, signal_once_started, wait_until
 from manager_fixtures import (HOST, NDJSON, Manager, Resp, assert_error, clients, fake503, free_port,  # noqa: F401
                               manager, manager_root, managers, module_managers, remote_env, scrubbed_env,
                               strong_key)
@@ -871,11 +871,36 @@ def test_client_exec_rm_runs_on_the_manager(manager, clients):
     offset = manager.log_size()
     r = c.run("exec", "--rm", "--", "sh", "-c", "echo ok; exit 7")
     assert r.rc == 7 and r.out == "ok\n", r
-    log = wait_log(manager, offset, r"^DELETE /v1/sandboxes/sbx_\w+ 204 ")
-    assert re.search(r"^POST /v1/sandboxes 201 ", log, re.M), f"nothing was created on the manager:\n{log}"
-    assert re.search(r"^DELETE /v1/sandboxes/sbx_\w+ 204 ", log, re.M), f"the one-shot sandbox was not deleted:\n{log}"
+    # One request that creates, runs and removes: the sandbox cannot outlive it.
+    log = wait_log(manager, offset, r"^POST /v1/run 200 ")
+    assert re.search(r"^POST /v1/run 200 ", log, re.M), f"the one-shot did not run on the manager:\n{log}"
     assert set(manager.ids()) == before
     assert not Path(c.state_dir, "sandboxes").is_dir() or not any(Path(c.state_dir, "sandboxes").iterdir())
+
+
+def test_killed_exec_rm_leaves_nothing_on_the_manager(manager, clients):
+    # kill -9 of a one-shot client (a CI runner's deadline): the manager ties
+    # the sandbox to the HTTP request, so it goes with the client.
+    c = clients.new(remote_env(manager))
+    before = set(manager.ids())
+    p = c.popen("exec", "--rm", "--", "sh", "-c", "echo started; sleep 60")
+    new = signal_once_started(p, signal.SIGKILL, lambda: set(manager.ids()) - before)
+    assert len(new) == 1, new
+    assert wait_until(lambda: set(manager.ids()) == before, 10), f"left on the manager: {set(manager.ids()) - before}"
+    assert not [d for d in new if os.path.exists(os.path.join(manager.state_dir, "sandboxes", d))]
+    assert no_local_sandboxes(c)
+
+
+def test_serve_reaper_collects_a_killed_local_one_shot(managers):
+    # A local `sbx exec --rm` on the manager's own state root, killed: the
+    # reaper's gc finds its client gone.
+    m = managers.new("reap1s", "server:\n  reap_interval: 1s\n")
+    local = Sbx(m.state_dir, m.config, label="local-one-shot")
+    p = local.popen("exec", "--rm", "--driver", "subprocess", "--", "sh", "-c", "echo started; sleep 60")
+    (sid,) = signal_once_started(p, signal.SIGKILL, lambda: os.listdir(os.path.join(m.state_dir, "sandboxes")))
+    assert wait_until(lambda: not os.path.exists(os.path.join(m.state_dir, "sandboxes", sid)), 10), \
+        f"the reaper kept {sid}:\n{m.log()[-2000:]}"
+    assert "reaper removed 1" in m.log()
 
 
 def warnings_of(r) -> list[str]:
@@ -984,7 +1009,7 @@ def test_local_none_with_healthy_manager_uses_it(manager, clients):
     offset = manager.log_size()
     r = c.run("exec", "--rm", "--", "sh", "-c", "echo ok")
     assert r.rc == 0 and r.out == "ok\n" and not warnings_of(r), r
-    assert "POST /v1/sandboxes 201" in wait_log(manager, offset, "POST /v1/sandboxes 201")
+    assert "POST /v1/run 200" in wait_log(manager, offset, "POST /v1/run 200")
 
 
 def test_an_id_remembers_its_manager(manager, clients):
