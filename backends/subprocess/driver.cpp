@@ -47,6 +47,7 @@ class SubprocessDriver : public Driver {
     plan.uid_base = rec.uid_base;
     plan.workdir = rec.spec.workdir;
     plan.agent_path = find_agent_binary();
+    plan.title = sandbox_process_title(rec);
     if (rec.spec.network == "jail") {
       auto jail = net::setup(net::request_for(rec, cfg_, "subprocess"));
       rec.driver_data["netjail"] = net::describe(jail);

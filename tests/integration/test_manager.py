@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ID_RE, SBX_BIN, Sbx, pid_alive, signal_once_started, wait_until
+from conftest import ID_RE, SBX_BIN, Sbx, cmdlines, driver_problem, pid_alive, signal_once_started, wait_until
 from manager_fixtures import (HOST, NDJSON, Manager, Resp, assert_error, clients, fake503, free_port,  # noqa: F401
                               manager, manager_root, managers, module_managers, remote_env, scrubbed_env,
                               strong_key)
@@ -901,6 +901,24 @@ def test_serve_reaper_collects_a_killed_local_one_shot(managers):
     assert wait_until(lambda: not os.path.exists(os.path.join(m.state_dir, "sandboxes", sid)), 10), \
         f"the reaper kept {sid}:\n{m.log()[-2000:]}"
     assert "reaper removed 1" in m.log()
+
+
+def test_only_the_manager_looks_like_sbx_serve(managers):
+    # `pgrep -f "sbx serve"` and the like must find the manager, not the
+    # sandboxes it started (which kept its argv: `... serve --listen ...`).
+    m = managers.new("titles")
+    drivers = ["subprocess"] + (["deno"] if driver_problem(Sbx(m.state_dir, m.config), "deno") is None else [])
+    ids = [m.create({"driver": d})["id"] for d in drivers]
+    try:
+        listen = f"--listen {HOST}:{m.port}"
+        like_serve = {pid: cmd for pid, cmd in cmdlines().items() if listen in cmd}
+        assert list(like_serve) == [m.proc.pid], f"processes that look like this sbx serve: {like_serve}"
+        titled = " ".join(cmdlines().values())
+        for sid, d in zip(ids, drivers):
+            assert f"sbx-sandbox {sid} {d}" in titled, (sid, d)
+    finally:
+        for sid in ids:
+            m.delete(sid)
 
 
 def warnings_of(r) -> list[str]:
