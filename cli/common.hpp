@@ -49,9 +49,11 @@ Config load_config(const Globals& g, const std::string& driver_flag = "");
 std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver);
 /// The backend that holds sandbox `id`: this host's registry, else the manager
 /// the id was created on, else the configured manager when healthy. A prefix
-/// of a remembered remote id is replaced by the full id.
+/// of a remembered remote id is replaced by the full id. A manager that
+/// refuses the key is an error here too (see check_manager_health).
 std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& id);
-/// This host's backend plus the configured manager when it is healthy (ls, gc, rm --all).
+/// This host's backend plus the configured manager when it is healthy (ls, gc,
+/// rm --all); an unhealthy one is skipped with a warning, one that refuses the key is an error.
 std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg);
 
 /// Prints "sbx: error: ..." (and a hint line) on stderr.

@@ -57,6 +57,11 @@ class Driver {
   virtual std::optional<std::string> start_note(const SandboxSpec& /*spec*/) { return std::nullopt; }
 };
 
+/// What a sandbox's long-lived host processes call themselves in ps and
+/// /proc/PID/cmdline ("sbx-sandbox sbx_… deno"), instead of the argv of the
+/// sbx call that started them: `pgrep -f "sbx serve"` must find the manager only.
+std::string sandbox_process_title(const SandboxRecord& rec);
+
 /// A row of the driver table: the one list that doctor, --driver, the
 /// selector and the server's /healthz all walk.
 struct DriverInfo {

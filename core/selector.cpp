@@ -30,7 +30,14 @@ Selection explain_selection(const Config& cfg, const DriverTable& drivers, const
     s.fallback_reason = "SANDBOX_MANAGER_URL is not set";
     s.steps.push_back("USE_REMOTE_SANDBOX is true but SANDBOX_MANAGER_URL is not set: falling back");
   } else {
-    auto problem = health ? health(cfg.manager_url) : std::optional<std::string>("no health check available");
+    std::optional<std::string> problem = "no health check available";
+    try {
+      if (health) problem = health(cfg.manager_url);
+    } catch (const Error& e) {
+      s.steps.push_back(e.message() + ": not falling back (fix the configuration; a refused key is no outage)");
+      s.failure = e;
+      return s;
+    }
     if (!problem) {
       s.driver = "remote";
       s.steps.push_back("manager " + cfg.manager_url + " is healthy: using it (" + cfg.remote_backend + ")");

@@ -69,6 +69,8 @@ std::string snippet(const std::string& body) {
     Error err = error_from_json(j["error"], errc_for_http_status(res.status),
                                 "manager " + req.shown + " answered HTTP " + std::to_string(res.status));
     if (err.hint().empty() && err.code() == Errc::unauthenticated) err.set_hint("set ADMIN_API_KEY to the manager's key");
+    // A refused key is this host's configuration to fix: say which manager refused it.
+    if (err.code() == Errc::unauthenticated || err.code() == Errc::forbidden) err.add_context("manager " + req.shown);
     throw err;
   }
   // The status alone is unambiguous for these, whoever (a proxy?) wrote the body.
@@ -163,6 +165,14 @@ RemoteBackend::RemoteBackend(const Config& cfg, std::string url, std::string api
         .set_hint("set SANDBOX_MANAGER_URL, e.g. http://manager:8000");
 }
 
+json RemoteBackend::spec_body(const SandboxSpec& spec) const {
+  json body = spec_request_json(spec);
+  // sbx's own defaults travel with the call, so `sbx create` is the same sandbox
+  // whichever backend runs it; the manager's default is for clients that say nothing.
+  if (!body.contains("network")) body["network"] = default_network_;
+  return body;
+}
+
 std::string RemoteBackend::sandbox_path(const std::string& id) const { return "/v1/sandboxes/" + url_escape(id); }
 
 json RemoteBackend::call_json(const std::string& method, const std::string& path, const json* body) {
@@ -185,10 +195,7 @@ json RemoteBackend::call_json(const std::string& method, const std::string& path
 }
 
 SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
-  json body = spec_request_json(spec);
-  // sbx's own defaults travel with the call, so `sbx create` is the same sandbox
-  // whichever backend runs it; the manager's default is for clients that say nothing.
-  if (!body.contains("network")) body["network"] = default_network_;
+  json body = spec_body(spec);
   json answer = call_json("POST", "/v1/sandboxes", &body);
   auto rec = as_seen_here(decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); }));
   try {
@@ -205,7 +212,10 @@ SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
   return rec;
 }
 
-ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
+namespace {
+
+// The exec fields of an exec or run request (reads stdin when it is open).
+json exec_body(const ExecRequest& req, ExecIO& io) {
   // JSON strings carry only UTF-8; checked before stdin is consumed.
   for (auto& a : req.argv)
     if (!valid_utf8(a)) throw Error(Errc::invalid_argument, "command arguments must be UTF-8 for a remote exec");
@@ -221,12 +231,17 @@ ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, Ex
     if (valid_utf8(data)) body["stdin"] = std::move(data);
     else body["stdin_b64"] = base64_encode(data);
   }
+  return body;
+}
 
+}  // namespace
+
+ExecResult RemoteBackend::stream_exec(const std::string& path, const json& body, ExecIO& io) {
   NdjsonExecParser parser(io.on_stdout, io.on_stderr);
   int sig = 0;
   Request r;
   r.method = "POST";
-  r.url = url_ + sandbox_path(id) + "/exec";
+  r.url = url_ + path;
   r.shown = redact(url_);
   r.api_key = api_key_;
   r.headers = {"Content-Type: application/json", "Accept: application/x-ndjson"};
@@ -248,6 +263,21 @@ ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, Ex
   if (!parser.done()) throw Error(Errc::protocol, "the manager closed the stream before the command finished");
   io.error = parser.error();
   return parser.result();
+}
+
+ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
+  return stream_exec(sandbox_path(id) + "/exec", exec_body(req, io), io);
+}
+
+OneShotResult RemoteBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
+  // /v1/run ties the sandbox to this request: a client killed mid-call leaves
+  // nothing on the manager, which create + exec + delete could not promise.
+  json body = exec_body(req, io);
+  body["sandbox"] = spec_body(spec);
+  OneShotResult out;
+  out.spec = spec;
+  out.exec = stream_exec("/v1/run", body, io);
+  return out;
 }
 
 std::vector<SandboxRecord> RemoteBackend::list() {
@@ -430,8 +460,6 @@ std::optional<std::string> probe_health(const std::string& api_key, const std::s
     if (j.is_object()) return std::nullopt;
     return "HTTP 200 without a JSON body (is this an sbx manager?)";
   }
-  std::string prefix = "HTTP " + std::to_string(res.status) + ": ";
-  if (res.status == 401) return prefix + "the API key was refused";
   std::string text;
   if (j.is_object()) {
     if (j.contains("error") && j["error"].is_object()) text = str_field(j["error"], "message");
@@ -440,7 +468,18 @@ std::optional<std::string> probe_health(const std::string& api_key, const std::s
   } else {
     text = snippet(res.body);
   }
-  return prefix + (text.empty() ? "no details" : text);
+  std::string status = "HTTP " + std::to_string(res.status) + ": " + (text.empty() ? "no details" : text);
+  // A manager that refuses the key is up and says no: that is this host's
+  // configuration to fix, and falling back would run the code here instead.
+  if (res.status == 401)
+    throw Error(Errc::unauthenticated, "manager " + req.shown + " refused the API key (" + status + ")")
+        .set_hint("set ADMIN_API_KEY to a key the manager accepts; sbx does not fall back to local "
+                  "execution when the manager refuses the key");
+  if (res.status == 403)
+    throw Error(Errc::forbidden, "manager " + req.shown + " denied this API key (" + status + ")")
+        .set_hint("ask the manager's operator for a key it accepts; sbx does not fall back to local "
+                  "execution when the manager refuses the key");
+  return status;
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ class RemoteBackend : public Backend {
   std::string where() const override { return url_; }
   SandboxRecord create(const SandboxSpec& spec, const Progress& progress) override;
   ExecResult exec(const std::string& id, const ExecRequest& req, ExecIO& io) override;
+  OneShotResult run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) override;
   std::vector<SandboxRecord> list() override;
   SandboxRecord get(const std::string& id) override;
   void remove(const std::string& id) override;
@@ -49,9 +50,13 @@ class RemoteBackend : public Backend {
   uint64_t get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) override;
 
  private:
+  /// POSTs body to path and relays the NDJSON answer to io; a signal on io.signal_fd drops the call.
+  ExecResult stream_exec(const std::string& path, const nlohmann::json& body, ExecIO& io);
   /// A JSON request with a JSON answer; throws the manager's error.
   nlohmann::json call_json(const std::string& method, const std::string& path, const nlohmann::json* body);
   std::string sandbox_path(const std::string& id) const;
+  /// The create body for a spec, with this client's default network when the spec names none.
+  nlohmann::json spec_body(const SandboxSpec& spec) const;
   /// A manager's record as this host shows it: driver "remote", the manager's driver in driver_data.
   SandboxRecord as_seen_here(SandboxRecord rec) const;
 
@@ -65,6 +70,8 @@ class RemoteBackend : public Backend {
 /// cfg.api_key: nullopt when healthy, else a short reason ("connection refused",
 /// "HTTP 503: ...", "timed out after 1.5 s"). Cached for 5 s in
 /// <state_dir>/remote-health.json so a burst of CLI calls pays for one check.
+/// A refused key (HTTP 401 or 403) is no verdict on health but a configuration
+/// error: thrown (unauthenticated or forbidden, naming the manager), never cached.
 std::optional<std::string> check_manager_health(const Config& cfg, const std::string& url);
 
 }  // namespace sbx

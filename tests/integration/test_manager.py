@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ID_RE, SBX_BIN, pid_alive, wait_until
+from conftest import ID_RE, SBX_BIN, Sbx, cmdlines, driver_problem, pid_alive, signal_once_started, wait_until
 from manager_fixtures import (HOST, NDJSON, Manager, Resp, assert_error, clients, fake503, free_port,  # noqa: F401
                               manager, manager_root, managers, module_managers, remote_env, scrubbed_env,
                               strong_key)
@@ -885,11 +885,54 @@ def test_client_exec_rm_runs_on_the_manager(manager, clients):
     offset = manager.log_size()
     r = c.run("exec", "--rm", "--", "sh", "-c", "echo ok; exit 7")
     assert r.rc == 7 and r.out == "ok\n", r
-    log = wait_log(manager, offset, r"^DELETE /v1/sandboxes/sbx_\w+ 200 ")
-    assert re.search(r"^POST /v1/sandboxes 201 ", log, re.M), f"nothing was created on the manager:\n{log}"
-    assert re.search(r"^DELETE /v1/sandboxes/sbx_\w+ 200 ", log, re.M), f"the one-shot sandbox was not deleted:\n{log}"
+    # One request that creates, runs and removes: the sandbox cannot outlive it.
+    log = wait_log(manager, offset, r"^POST /v1/run 200 ")
+    assert re.search(r"^POST /v1/run 200 ", log, re.M), f"the one-shot did not run on the manager:\n{log}"
     assert set(manager.ids()) == before
     assert not Path(c.state_dir, "sandboxes").is_dir() or not any(Path(c.state_dir, "sandboxes").iterdir())
+
+
+def test_killed_exec_rm_leaves_nothing_on_the_manager(manager, clients):
+    # kill -9 of a one-shot client (a CI runner's deadline): the manager ties
+    # the sandbox to the HTTP request, so it goes with the client.
+    c = clients.new(remote_env(manager))
+    before = set(manager.ids())
+    p = c.popen("exec", "--rm", "--", "sh", "-c", "echo started; sleep 60")
+    new = signal_once_started(p, signal.SIGKILL, lambda: set(manager.ids()) - before)
+    assert len(new) == 1, new
+    assert wait_until(lambda: set(manager.ids()) == before, 10), f"left on the manager: {set(manager.ids()) - before}"
+    assert not [d for d in new if os.path.exists(os.path.join(manager.state_dir, "sandboxes", d))]
+    assert no_local_sandboxes(c)
+
+
+def test_serve_reaper_collects_a_killed_local_one_shot(managers):
+    # A local `sbx exec --rm` on the manager's own state root, killed: the
+    # reaper's gc (every 5 s by default) finds its client gone.
+    m = managers.new("reaper")
+    local = Sbx(m.state_dir, m.config, label="local-one-shot")
+    p = local.popen("exec", "--rm", "--driver", "subprocess", "--", "sh", "-c", "echo started; sleep 60")
+    (sid,) = signal_once_started(p, signal.SIGKILL, lambda: os.listdir(os.path.join(m.state_dir, "sandboxes")))
+    assert wait_until(lambda: not os.path.exists(os.path.join(m.state_dir, "sandboxes", sid)), 10), \
+        f"the reaper kept {sid}:\n{m.log()[-2000:]}"
+    assert "reaper removed 1" in m.log()
+
+
+def test_only_the_manager_looks_like_sbx_serve(managers):
+    # `pgrep -f "sbx serve"` and the like must find the manager, not the
+    # sandboxes it started (which kept its argv: `... serve --listen ...`).
+    m = managers.new("titles")
+    drivers = ["subprocess"] + (["deno"] if driver_problem(Sbx(m.state_dir, m.config), "deno") is None else [])
+    ids = [m.create({"driver": d})["id"] for d in drivers]
+    try:
+        listen = f"--listen {HOST}:{m.port}"
+        like_serve = {pid: cmd for pid, cmd in cmdlines().items() if listen in cmd}
+        assert list(like_serve) == [m.proc.pid], f"processes that look like this sbx serve: {like_serve}"
+        titled = " ".join(cmdlines().values())
+        for sid, d in zip(ids, drivers):
+            assert f"sbx-sandbox {sid} {d}" in titled, (sid, d)
+    finally:
+        for sid in ids:
+            m.delete(sid)
 
 
 def warnings_of(r) -> list[str]:
@@ -951,12 +994,54 @@ def test_fallback_none_fails_closed_naming_the_url(clients):
     assert not Path(c.state_dir, "sandboxes").is_dir() or not any(Path(c.state_dir, "sandboxes").iterdir())
 
 
+def no_local_sandboxes(c) -> bool:
+    sb = Path(c.state_dir, "sandboxes")
+    return not sb.is_dir() or not any(sb.iterdir())
+
+
+@pytest.mark.parametrize("local", ["subprocess", "none"])
+def test_a_refused_key_is_an_error_never_a_fallback(manager, clients, local):
+    # The manager is up and refuses the key: a configuration error to fix, not
+    # an outage to route around by running the code on this host.
+    c = clients.new(remote_env(manager, ADMIN_API_KEY=strong_key(), LOCAL_SANDBOX_BACKEND=local))
+    unknown = "sbx_aaaaaaaaaaaa"
+    calls = [("exec", "--rm", "--", "sh", "-c", "echo ran-here"), ("create",), ("ls",), ("gc",),
+             ("exec", unknown, "--", "sh", "-c", "echo ran-here"), ("rm", unknown),
+             ("cp", f"{unknown}:/etc/hostname", os.path.join(c.state_dir, "..", "copied"))]
+    for args in calls:
+        r = c.run(*args)
+        assert r.rc == 125, r
+        assert r.out == "", r
+        assert manager.url in r.err and "refused the API key" in r.err, r
+        assert "ADMIN_API_KEY" in r.err, f"the hint should name the setting to fix: {r!r}"
+        assert "falling back" not in r.err and not warnings_of(r), r
+    assert no_local_sandboxes(c), "a refused key ran something locally"
+    r = c.run("doctor")
+    assert r.rc == 1 and "refused the API key" in r.out and "not falling back" in r.out, r
+
+
+def test_a_refused_key_on_a_remembered_sandbox_is_an_error(manager, clients):
+    c = clients.new(remote_env(manager))
+    sid = c.create(driver=None)
+    try:
+        # The id remembers its manager; the key has changed (rotated, mistyped) since.
+        wrong = {"ADMIN_API_KEY": strong_key()}
+        for args in (("exec", sid, "--", "sh", "-c", "echo ran-here"), ("ls",), ("rm", sid)):
+            r = c.run(*args, env=wrong)
+            assert r.rc == 125 and r.out == "" and "falling back" not in r.err, r
+            assert manager.url in r.err, r
+        assert no_local_sandboxes(c)
+        assert sid in manager.ids()
+    finally:
+        manager.delete(sid)
+
+
 def test_local_none_with_healthy_manager_uses_it(manager, clients):
     c = clients.new(remote_env(manager, LOCAL_SANDBOX_BACKEND="none"))
     offset = manager.log_size()
     r = c.run("exec", "--rm", "--", "sh", "-c", "echo ok")
     assert r.rc == 0 and r.out == "ok\n" and not warnings_of(r), r
-    assert "POST /v1/sandboxes 201" in wait_log(manager, offset, "POST /v1/sandboxes 201")
+    assert "POST /v1/run 200" in wait_log(manager, offset, "POST /v1/run 200")
 
 
 def test_an_id_remembers_its_manager(manager, clients):

@@ -114,6 +114,34 @@ TEST_CASE("selector: an unhealthy manager falls back and the reason names the UR
   CHECK(h.calls.size() == 1);
 }
 
+TEST_CASE("selector: a manager that refuses the key is an error, never a fallback", "[selector]") {
+  // The manager is up and says no: running the code on this host instead would
+  // hide a configuration error (and run untrusted code where it was not meant to).
+  for (Errc code : {Errc::unauthenticated, Errc::forbidden}) {
+    for (const std::string& local : {std::string("subprocess"), std::string("deno"), std::string("none")}) {
+      CAPTURE(sbx::code_name(code), local);
+      std::vector<std::string> calls;
+      sbx::HealthCheck refusing = [&](const std::string& url) -> std::optional<std::string> {
+        calls.push_back(url);
+        throw sbx::Error(code, "manager " + url + " refused the API key (HTTP 401: no)").set_hint("set ADMIN_API_KEY");
+      };
+      Selection s = sbx::explain_selection(cfg(true, kUrl, local), with_remote(), refusing);
+      CHECK(s.driver.empty());
+      CHECK_FALSE(s.fell_back);
+      REQUIRE(s.failure);
+      CHECK(s.failure->code() == code);
+      CHECK(contains(s.failure->what(), kUrl));
+      CHECK(contains(s.failure->what(), "refused the API key"));
+      CHECK(s.failure->hint() == "set ADMIN_API_KEY");
+      CHECK(contains(all_steps(s), "not falling back"));
+      CHECK_FALSE(contains(all_steps(s), "using the local"));
+      auto e = error_of([&] { sbx::select_backend(cfg(true, kUrl, local), with_remote(), refusing); });
+      CHECK(e.code() == code);
+      CHECK(calls.size() == 2);
+    }
+  }
+}
+
 TEST_CASE("selector: no health check function counts as unhealthy", "[selector]") {
   Selection s = sbx::explain_selection(cfg(true, kUrl), local_only(), sbx::HealthCheck{});
   CHECK(s.driver == "deno");
