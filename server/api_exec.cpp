@@ -264,22 +264,23 @@ HttpResponse Api::exec(const HttpRequest& req, const SandboxRecord* rec) {
   // The work shared by both answers: (create,) exec, (destroy); returns the exit record.
   auto run = [this, eb, spec, id_in, one_shot, key_name, slot](ExecIO& io) -> json {
     auto t0 = std::chrono::steady_clock::now();
-    std::string id = id_in;
-    std::shared_ptr<void> sandbox_slot;
-    if (one_shot) {
-      sandbox_slot = reserve_sandbox(key_name);
-      id = backend_.create(spec, nullptr).id;
-    }
     io.stdin_data = eb.stdin_data;
     ExecResult r;
     try {
-      r = backend_.exec(id, eb.req, io);
+      if (one_shot) {
+        // run_once ties the sandbox to this process: were the manager killed
+        // mid-call, the next gc (a restarted manager's first) collects it.
+        auto sandbox_slot = reserve_sandbox(key_name);
+        OneShotResult once = backend_.run_once(spec, eb.req, io);
+        if (!once.cleanup_error.empty()) metrics_.failure("remove");
+        r = once.exec;
+      } else {
+        r = backend_.exec(id_in, eb.req, io);
+      }
     } catch (...) {
       metrics_.failure("exec");
-      if (one_shot) try { backend_.remove(id); } catch (const Error&) {}
       throw;
     }
-    if (one_shot) try { backend_.remove(id); } catch (const Error&) { metrics_.failure("remove"); }
     metrics_.exec_latency(one_shot ? spec.driver : "exec", seconds_since(t0));
     json exit = r;
     exit["error"] = io.error;

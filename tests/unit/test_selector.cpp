@@ -125,7 +125,7 @@ TEST_CASE("selector: a manager that refuses the key is an error, never a fallbac
         calls.push_back(url);
         throw sbx::Error(code, "manager " + url + " refused the API key (HTTP 401: no)").set_hint("set ADMIN_API_KEY");
       };
-      Selection s = sbx::explain_selection(cfg(true, kUrl, local), with_remote(), refusing);
+      Selection s = sbx::explain_selection(cfg(true, kUrl, local), local_only(), refusing);
       CHECK(s.driver.empty());
       CHECK_FALSE(s.fell_back);
       REQUIRE(s.failure);
@@ -135,7 +135,7 @@ TEST_CASE("selector: a manager that refuses the key is an error, never a fallbac
       CHECK(s.failure->hint() == "set ADMIN_API_KEY");
       CHECK(contains(all_steps(s), "not falling back"));
       CHECK_FALSE(contains(all_steps(s), "using the local"));
-      auto e = error_of([&] { sbx::select_backend(cfg(true, kUrl, local), with_remote(), refusing); });
+      auto e = error_of([&] { sbx::select_backend(cfg(true, kUrl, local), local_only(), refusing); });
       CHECK(e.code() == code);
       CHECK(calls.size() == 2);
     }
