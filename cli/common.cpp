@@ -49,6 +49,18 @@ std::map<std::string, std::string> parse_key_values(const std::vector<std::strin
   return out;
 }
 
+namespace {
+// The record keeps idle timeouts and TTLs in seconds: cutting 1.5s to 1s (or
+// 500ms to 0, "never") would quietly change what was asked for.
+uint64_t whole_seconds(const std::string& text, const char* flag) {
+  uint64_t ms = with_context(flag, [&] { return parse_duration_ms(text); });
+  if (ms % 1000)
+    throw Error(Errc::usage, std::string(flag) + " " + text + " is not a whole number of seconds")
+        .set_hint("idle timeouts and TTLs count whole seconds, e.g. 2s, 90s, 10m");
+  return ms / 1000;
+}
+}  // namespace
+
 SandboxSpec spec_from_flags(const SpecFlags& f) {
   SandboxSpec s;
   s.driver = f.driver;
@@ -74,9 +86,8 @@ SandboxSpec spec_from_flags(const SpecFlags& f) {
     }
   }
   s.network = f.network;
-  s.idle_timeout_s = f.idle_timeout.empty() ? kUseDefault
-                                            : with_context("--idle-timeout", [&] { return parse_duration_ms(f.idle_timeout); }) / 1000;
-  s.ttl_s = f.ttl.empty() ? kUseDefault : with_context("--ttl", [&] { return parse_duration_ms(f.ttl); }) / 1000;
+  s.idle_timeout_s = f.idle_timeout.empty() ? kUseDefault : whole_seconds(f.idle_timeout, "--idle-timeout");
+  s.ttl_s = f.ttl.empty() ? kUseDefault : whole_seconds(f.ttl, "--ttl");
   s.persistent = f.persistent;
   s.env = parse_key_values(f.env, "--env");
   s.labels = parse_key_values(f.labels, "--label");

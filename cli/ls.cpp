@@ -74,7 +74,11 @@ void register_ls(CLI::App& app, Globals& g, Outcome& out) {
       for (auto& r : recs) {
         std::string labels;
         for (auto& [k, v] : r.spec.labels) labels += (labels.empty() ? "" : ",") + k + "=" + v;
-        auto since = [&](int64_t t) { return format_duration_ms(static_cast<uint64_t>(std::max<int64_t>(now - t, 1))); };
+        // Ages are approximate by nature: whole seconds once past one.
+        auto since = [&](int64_t t) {
+          auto ms = static_cast<uint64_t>(std::max<int64_t>(now - t, 1));
+          return format_duration_ms(ms < 1000 ? ms : ms / 1000 * 1000);
+        };
         table += fmt::format("{:<17} {:<11} {:<8} {:>6} {:>6} {:>7} {:>5} {:>5} {:>6}  {}\n", r.id, r.spec.driver,
                              state_name(r.state), since(r.created_ms),
                              since(std::max(r.last_active_ms, r.created_ms)),
