@@ -193,6 +193,10 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
   }
   registry_.touch(rec.id);
   if (res.signal == SIGKILL && !res.timed_out && driver->oom_kills(rec) > oom_before) res.oom_killed = true;
+  // One rule for every driver, the CLI and both API styles: a command its
+  // timeout killed ends with 124, as timeout(1) and `sbx exec --timeout` do.
+  // The agents report the kill (137); `signal` keeps saying it was SIGKILL.
+  if (res.timed_out) res.exit_code = exit_status(Errc::timeout);
   return res;
 }
 

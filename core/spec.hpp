@@ -72,7 +72,7 @@ struct ExecRequest {
 
 /// How a command ended.
 struct ExecResult {
-  int exit_code = 0;          ///< the command's status; 128+N when killed by signal N
+  int exit_code = 0;          ///< the command's status; 128+N when killed by signal N; 124 when timed out
   int signal = 0;             ///< the killing signal, or 0
   bool timed_out = false;
   bool oom_killed = false;
