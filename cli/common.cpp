@@ -19,6 +19,7 @@ void add_global_flags(CLI::App& app, Globals& g) {
 }
 
 void add_spec_flags(CLI::App* sub, SpecFlags& f) {
+  sub->add_option("--name", f.name, "a name to use instead of the id (unique; a-z, 0-9, _ . -)")->type_name("NAME");
   sub->add_option("--driver", f.driver, "driver: subprocess, runsc, microvm, deno, remote (default: fallback chain)")
       ->type_name("NAME");
   sub->add_option("--image", f.image, "directory root filesystem used as the read-only base")->type_name("DIR");
@@ -63,6 +64,7 @@ uint64_t whole_seconds(const std::string& text, const char* flag) {
 
 SandboxSpec spec_from_flags(const SpecFlags& f) {
   SandboxSpec s;
+  s.name = f.name;
   s.driver = f.driver;
   s.image = f.image;
   auto mib = [](const std::string& v, const char* flag) -> uint64_t {
@@ -120,21 +122,39 @@ std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver)
   return std::make_unique<LocalBackend>(cfg, builtin_drivers());
 }
 
-std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& id) {
+namespace {
+// The remembered remote sandbox whose id begins with prefix.
+std::optional<std::string> remote_with_prefix(const Config& cfg, const std::string& prefix) {
+  if (prefix.size() < 5) return std::nullopt;
+  std::vector<std::string> hits;
+  for (auto& [rid, url] : remote_sandboxes(cfg.state_dir))
+    if (rid.compare(0, prefix.size(), prefix) == 0) hits.push_back(rid);
+  if (hits.size() > 1)
+    throw Error(Errc::invalid_argument, "'" + prefix + "' matches more than one sandbox")
+        .set_hint("give more characters of the id");
+  return hits.empty() ? std::nullopt : std::optional<std::string>(hits.front());
+}
+}  // namespace
+
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& ref) {
   auto local = std::make_unique<LocalBackend>(cfg, builtin_drivers());
-  if (id.empty() || local->registry().find(id)) return local;
-  // An unambiguous prefix of a remembered remote id stands for that id, as locally.
-  if (!valid_sandbox_id(id) && id.size() >= 5) {
-    std::vector<std::string> hits;
-    for (auto& [rid, url] : remote_sandboxes(cfg.state_dir))
-      if (rid.compare(0, id.size(), id) == 0) hits.push_back(rid);
-    if (hits.size() > 1)
-      throw Error(Errc::invalid_argument, "'" + id + "' matches more than one sandbox").set_hint("give more characters of the id");
-    if (hits.size() == 1) id = hits.front();
-  }
+  if (ref.empty()) return local;
+  auto here = [&](const std::optional<SandboxRecord>& rec) { return rec ? (ref = rec->id, true) : false; };
+  auto there = [&](const std::optional<std::string>& id) { return id ? (ref = *id, true) : false; };
   // A sandbox remembers the manager that holds it, whatever the chain says today.
-  if (valid_sandbox_id(id))
-    if (auto url = remote_location(cfg.state_dir, id)) return std::make_unique<RemoteBackend>(cfg, *url, cfg.api_key);
+  auto remembered = [&] { return std::make_unique<RemoteBackend>(cfg, *remote_location(cfg.state_dir, ref), cfg.api_key); };
+  if (valid_sandbox_id(ref)) {
+    if (local->registry().find(ref)) return local;
+    if (remote_location(cfg.state_dir, ref)) return remembered();
+  } else {
+    // This host's sandboxes share one owner: those without an sbx.owner label.
+    if (valid_sandbox_name(ref)) {
+      if (here(find_named(local->registry(), ref, std::string()))) return local;
+      if (there(remote_named(cfg.state_dir, ref))) return remembered();
+    }
+    if (here(local->registry().find(ref))) return local;
+    if (there(remote_with_prefix(cfg, ref))) return remembered();
+  }
   if (cfg.use_remote && !cfg.manager_url.empty() && !check_manager_health(cfg, cfg.manager_url))
     return std::make_unique<RemoteBackend>(cfg, cfg.manager_url, cfg.api_key);
   return local;

@@ -29,7 +29,7 @@ struct Outcome {
 
 /// Flags describing a new sandbox (create, and exec --rm).
 struct SpecFlags {
-  std::string driver, image, memory, pids, cpus, disk, network, idle_timeout, ttl, workdir;
+  std::string name, driver, image, memory, pids, cpus, disk, network, idle_timeout, ttl, workdir;
   bool persistent = false;
   std::vector<std::string> env, labels;
   std::vector<std::string> allow;
@@ -47,10 +47,12 @@ Config load_config(const Globals& g, const std::string& driver_flag = "");
 /// The backend that runs new sandboxes under this configuration (walking the
 /// fallback chain), and the driver it chose.
 std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver);
-/// The backend that holds sandbox `id`: this host's registry, else the manager
-/// the id was created on, else the configured manager when healthy. A prefix
-/// of a remembered remote id is replaced by the full id.
-std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& id);
+/// The backend that holds sandbox `ref`, which is replaced by the sandbox's id.
+/// `ref` is an exact id, else a name, else an unambiguous id prefix; each is
+/// looked for in this host's registry, then among the remembered remote
+/// sandboxes (which reach the manager they were created on). Anything else
+/// goes to the configured manager when it is healthy, else stays local.
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& ref);
 /// This host's backend plus the configured manager when it is healthy (ls, gc, rm --all).
 std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg);
 

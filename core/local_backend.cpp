@@ -74,6 +74,7 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
   }
   for (auto& [k, v] : spec.env)
     if (!valid_env_key(k)) throw Error(Errc::invalid_argument, "invalid environment variable name '" + k + "'");
+  if (!spec.name.empty()) check_sandbox_name(spec.name);
   return spec;
 }
 

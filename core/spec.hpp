@@ -25,8 +25,13 @@ struct Limits {
 /// For idle_timeout_s and ttl_s: not given, take the configured default.
 inline constexpr uint64_t kUseDefault = UINT64_MAX;
 
+/// The label naming the owner of a sandbox (the manager sets it to the API key's
+/// name); a sandbox's name is unique among the sandboxes of one owner.
+inline constexpr const char* kOwnerLabel = "sbx.owner";
+
 /// The caller's request for a new sandbox.
 struct SandboxSpec {
+  std::string name;                         ///< a name usable instead of the id, unique per owner; empty = none
   std::string driver;                       ///< resolved driver name
   std::string image;                        ///< directory used as read-only base; empty = host view
   Limits limits;
@@ -103,5 +108,12 @@ int64_t now_ms();
 std::string new_sandbox_id();
 /// Whether s has the shape of a sandbox id (no path tricks possible).
 bool valid_sandbox_id(std::string_view s);
+/// Whether s can name a sandbox: 1-63 of [a-z0-9_.-], starting with a letter
+/// or digit, and never of an id's shape (so an id and a name never collide).
+bool valid_sandbox_name(std::string_view s);
+/// Throws invalid_argument, with the rule as the hint, unless valid_sandbox_name(name).
+void check_sandbox_name(const std::string& name);
+/// The owner a sandbox's name is unique within: its sbx.owner label, "" without one.
+std::string sandbox_owner(const SandboxSpec& spec);
 
 }  // namespace sbx
