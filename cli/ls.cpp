@@ -32,7 +32,7 @@ std::vector<Filter> parse_filters(const std::vector<std::string>& raw) {
   for (auto& [k, v] : parse_key_values(raw, "--filter")) {
     if (k != "driver" && k != "state" && k.rfind("label:", 0) != 0)
       throw Error(Errc::usage, "unknown filter '" + k + "'").set_hint("filters: driver=NAME, state=STATE, label:KEY=VALUE");
-    if (k == "state") parse_state(v);
+    if (k == "state") parse_state_filter(v);
     out.push_back({k, v});
   }
   return out;

@@ -197,4 +197,13 @@ std::string sandbox_owner(const SandboxSpec& spec) {
   return it == spec.labels.end() ? std::string() : it->second;
 }
 
+SandboxState parse_state_filter(std::string_view value) {
+  try {
+    return parse_state(value);
+  } catch (Error& e) {
+    e.add_context("the filter state=" + std::string(value).substr(0, 64));
+    throw;
+  }
+}
+
 }  // namespace sbx

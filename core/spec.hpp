@@ -115,5 +115,8 @@ bool valid_sandbox_name(std::string_view s);
 void check_sandbox_name(const std::string& name);
 /// The owner a sandbox's name is unique within: its sbx.owner label, "" without one.
 std::string sandbox_owner(const SandboxSpec& spec);
+/// The state a `state=` filter (`sbx ls -f`, the API's ?state=) asks for; throws
+/// invalid_argument naming the value and listing the states, the same for both.
+SandboxState parse_state_filter(std::string_view value);
 
 }  // namespace sbx
