@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "backends/drivers.hpp"
@@ -170,6 +171,85 @@ std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg) {
       out.push_back(std::make_unique<RemoteBackend>(cfg, cfg.manager_url, cfg.api_key));
   }
   return out;
+}
+
+namespace {
+// Optimal string alignment distance: one wrong, missing, extra or swapped letter costs 1.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// "did you mean X?" when one candidate is a likely typo of word.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates, const std::string& help) {
+  size_t best = word.size() <= 5 ? 1 : 2;  // further off is another word, not a typo
+  std::string guess;
+  for (auto& c : candidates) {
+    size_t dist = edit_distance(word, c);
+    if (dist < best || (dist == best && guess.empty())) best = dist, guess = c;
+  }
+  return guess.empty() ? "see `" + help + " --help`" : "did you mean " + guess + "?";
+}
+
+const CLI::Option* option_named(const CLI::App& app, const std::string& name) {
+  try {
+    return app.get_option_no_throw(name);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+std::vector<std::string> long_flags(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (auto* o : app.get_options())
+    for (auto& l : o->get_lnames()) out.push_back("--" + l);
+  return out;
+}
+
+const CLI::App* subcommand_named(const CLI::App& app, const std::string& name) {
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (sub->get_name() == name) return sub;
+  return nullptr;
+}
+}  // namespace
+
+std::optional<Error> explain_unknown(const CLI::App& app, const std::vector<std::string>& args) {
+  const CLI::App* scope = &app;
+  std::string path = "sbx";
+  for (size_t i = 0; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& tok = args[i];
+    if (tok.size() > 1 && tok[0] == '-') {
+      std::string name = tok.substr(0, tok.find('='));
+      const CLI::Option* opt = option_named(*scope, name);
+      if (!opt) opt = option_named(app, name);  // global flags are taken everywhere
+      if (!opt && name.rfind("--", 0) == 0) {
+        auto flags = long_flags(*scope);
+        if (scope != &app) for (auto& f : long_flags(app)) flags.push_back(f);
+        return Error(Errc::usage, "unknown flag " + name + " for " + path).set_hint(did_you_mean(name, flags, path));
+      }
+      if (opt && opt->get_items_expected_min() > 0 && tok.find('=') == std::string::npos) ++i;
+      continue;
+    }
+    if (auto* sub = subcommand_named(*scope, tok)) {
+      scope = sub;
+      path += " " + tok;
+      continue;
+    }
+    // A word where a subcommand is wanted (sbx, sbx pool); elsewhere an operand, the subcommand's to judge.
+    std::vector<std::string> names;
+    for (const CLI::App* sub : scope->get_subcommands([](const CLI::App*) { return true; }))
+      names.push_back(sub->get_name());
+    if (!names.empty())
+      return Error(Errc::usage, "unknown subcommand '" + tok + "' of " + path).set_hint(did_you_mean(tok, names, path));
+  }
+  return std::nullopt;
 }
 
 void print_error(const Error& e) {

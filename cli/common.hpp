@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,10 @@ void print_error(const Error& e);
 void warn(const std::string& message);
 /// Whether fd is a terminal (tables and progress only then).
 bool is_tty(int fd);
+
+/// For a CLI11 parse error of args (before they are reversed): an unknown
+/// subcommand or long flag, named, with "did you mean ...?" when one is close.
+std::optional<Error> explain_unknown(const CLI::App& app, const std::vector<std::string>& args);
 
 /// Cuts the command off an `sbx exec` argv (see cli/exec.cpp); returns what CLI11 should parse.
 std::vector<std::string> split_exec_command(const CLI::App& app, const std::vector<std::string>& args);

@@ -46,3 +46,20 @@ def test_idle_timeout_and_ttl_refuse_what_whole_seconds_cannot_hold(sbx, flag, v
     r = sbx.run("create", "--driver", "subprocess", flag, value)
     assert r.rc == 2 and r.out == "", r
     assert f"{flag} {value} is not a whole number of seconds" in r.err, r
+
+
+@pytest.mark.parametrize("argv, said, hint", [
+    (["exce"], "unknown subcommand 'exce' of sbx", "did you mean exec?"),
+    (["lss"], "unknown subcommand 'lss' of sbx", "did you mean ls?"),
+    (["pool", "stauts"], "unknown subcommand 'stauts' of sbx pool", "did you mean status?"),
+    (["frobnicate"], "unknown subcommand 'frobnicate' of sbx", "see `sbx --help`"),
+    (["exec", "--timout", "1s", "sbx_aaaaaaaaaaaa", "--", "true"], "unknown flag --timout for sbx exec",
+     "did you mean --timeout?"),
+    (["ls", "--jsno"], "unknown flag --jsno for sbx ls", "did you mean --json?"),
+    (["--state-dri", "/tmp", "ls"], "unknown flag --state-dri for sbx", "did you mean --state-dir?"),
+    (["create", "--nmae", "x"], "unknown flag --nmae for sbx create", "did you mean --name?"),
+])
+def test_a_mistyped_subcommand_or_flag_gets_did_you_mean(sbx, argv, said, hint):
+    r = sbx.run(*argv)
+    assert r.rc == 2 and r.out == "", r
+    assert f"sbx: error: {said}\n" in r.err and f"sbx: hint: {hint}\n" in r.err, r
