@@ -202,32 +202,42 @@ int64_t Registry::last_active_ms(const std::string& id) const {
   return int64_t{st.st_mtim.tv_sec} * 1000 + st.st_mtim.tv_nsec / 1'000'000;
 }
 
+namespace {
+// The one record of recs that fits; a second one makes `ref` ambiguous.
+template <class Fits>
+std::optional<SandboxRecord> only_one(const std::vector<SandboxRecord>& recs, const std::string& ref, bool by_name,
+                                      Fits fits) {
+  const SandboxRecord* hit = nullptr;
+  for (auto& r : recs) {
+    if (!fits(r)) continue;
+    if (hit) throw_ambiguous(ref, by_name);
+    hit = &r;
+  }
+  return hit ? std::optional<SandboxRecord>(*hit) : std::nullopt;
+}
+
+std::optional<SandboxRecord> named_among(const std::vector<SandboxRecord>& recs, const std::string& name,
+                                         const std::optional<std::string>& owner) {
+  return only_one(recs, name, true, [&](const SandboxRecord& r) {
+    return r.spec.name == name && (!owner || sandbox_owner(r.spec) == *owner);
+  });
+}
+}  // namespace
+
 std::optional<SandboxRecord> find_sandbox(const std::vector<SandboxRecord>& recs, const std::string& ref,
                                           const std::optional<std::string>& owner) {
   for (auto& r : recs)
     if (r.id == ref) return r;
   // An id-shaped word is never a name, and a name is tried before a prefix.
-  for (bool by_name : {true, false}) {
-    if (by_name && !valid_sandbox_name(ref)) continue;
-    const SandboxRecord* hit = nullptr;
-    for (auto& r : recs) {
-      bool fits = by_name ? r.spec.name == ref && (!owner || sandbox_owner(r.spec) == *owner) : id_has_prefix(r.id, ref);
-      if (!fits) continue;
-      if (hit) throw_ambiguous(ref, by_name);
-      hit = &r;
-    }
-    if (hit) return *hit;
-  }
-  return std::nullopt;
+  if (valid_sandbox_name(ref))
+    if (auto hit = named_among(recs, ref, owner)) return hit;
+  return only_one(recs, ref, false, [&](const SandboxRecord& r) { return id_has_prefix(r.id, ref); });
 }
 
 std::optional<SandboxRecord> find_named(const Registry& reg, const std::string& name,
                                         const std::optional<std::string>& owner) {
   if (!valid_sandbox_name(name)) return std::nullopt;
-  std::vector<SandboxRecord> named;
-  for (auto& r : reg.list())
-    if (r.spec.name == name) named.push_back(std::move(r));
-  return find_sandbox(named, name, owner);
+  return named_among(reg.list(), name, owner);
 }
 
 std::optional<SandboxRecord> find_sandbox(const Registry& reg, const std::string& ref,

@@ -123,4 +123,10 @@ TEST_CASE("names: resolve on a registry", "[names]") {
   CHECK(sbx::resolve_sandbox(reg, b.id.substr(0, 12), std::string()).id == b.id);
   CHECK(error_of([&] { sbx::resolve_sandbox(reg, "web", std::string("bob")); }).code() == Errc::not_found);
   CHECK(error_of([&] { sbx::resolve_sandbox(reg, "web", std::nullopt); }).code() == Errc::invalid_argument);
+  // By name only: another owner's sandbox is not found, whatever its id begins with.
+  std::string alices_prefix = b.id.substr(0, 8);
+  SandboxRecord c = reg.create(named(alices_prefix, "alice"));
+  CHECK(sbx::find_named(reg, alices_prefix, std::string("alice"))->id == c.id);
+  CHECK_FALSE(sbx::find_named(reg, alices_prefix, std::string()));
+  CHECK_FALSE(sbx::find_named(reg, "web", std::string("bob")));
 }
