@@ -130,6 +130,10 @@ int main(int argc, char** argv) {
   const char* listen_at = nullptr;
   const char* serial = nullptr;
   int vsock_port = -1;
+  // The host titles a sandbox's processes "sbx-sandbox <id> <driver>"
+  // (core/driver.hpp); the comm follows, instead of the binary's name (or,
+  // exec'd from a descriptor, its number).
+  if (argc > 0 && std::strncmp(argv[0], "sbx-sandbox ", 12) == 0) ::prctl(PR_SET_NAME, "sbx-sandbox", 0, 0, 0);
   if (argc > 1 && std::string(argv[1]) == "--vm-monitor") return vm_monitor_main(argc, argv);
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -206,7 +206,12 @@ void Server::handle(Conn& c, proto::Frame& f) {
         if (auto* e = exec_on(fd, f.channel)) {
           int sig = f.json().value("signal", SIGTERM);
           if (sig == SIGKILL) kill_tree(e->pid);
-          else ::kill(-e->pid, sig);
+          else {
+            // The host's user wants out: the command hears the signal (its
+            // status stays 128+N) and nothing it started outlives it.
+            if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) end_tree_with_command(e->pid);
+            ::kill(-e->pid, sig);
+          }
         }
         break;
       case proto::Type::ping:

@@ -22,6 +22,14 @@ namespace {
 
 enum Stage : int { kChdir = 1, kConfine = 2, kExec = 4, kSetup = 5 };
 
+// The shim's own signal for end_tree_with_command: never sent to the group,
+// so the command does not see it.
+constexpr int kEndTreeSignal = SIGUSR1;
+volatile sig_atomic_t g_end_tree = 0;
+extern "C" void note_end_tree(int) { g_end_tree = 1; }
+
+void kill_descendants(pid_t root);
+
 struct ChildReport {
   int stage;
   int err;
@@ -64,6 +72,11 @@ __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* en
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
+  // Before anything can see the shim: the host may ask at once. The command
+  // starts with the default again (exec resets handled signals).
+  struct sigaction end_tree {};
+  end_tree.sa_handler = note_end_tree;
+  ::sigaction(kEndTreeSignal, &end_tree, nullptr);
   if (::setsid() < 0) child_fail(report_fd, kSetup, errno);
   if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) child_fail(report_fd, kSetup, errno);
   // Whatever else the agent holds (its sockets, other commands' pipes, the
@@ -92,13 +105,22 @@ __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* en
   ::close(report_fd);
   for (int fd = 0; fd <= 2; ++fd) ::close(fd);
   for (int sig = 1; sig < NSIG; ++sig)
-    if (sig != SIGCHLD && sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_IGN);
+    if (sig != SIGCHLD && sig != SIGKILL && sig != SIGSTOP && sig != kEndTreeSignal) ::signal(sig, SIG_IGN);
   int status = 0;
   for (;;) {
     pid_t done = ::waitpid(-1, &status, 0);
     if (done == cmd) break;
     if (done < 0 && errno != EINTR) ::_exit(125);
     // Anything else is an orphan of the command, adopted by the shim: reaped.
+  }
+  if (g_end_tree) {
+    // The host asked the command to go: what it left behind (a `sleep &` that
+    // ignores SIGINT, a daemon) goes with it. Still the subreaper, the shim
+    // sees all of it, then reaps it before mirroring the command's status.
+    kill_descendants(::getpid());
+    int ignored;
+    while (::waitpid(-1, &ignored, 0) > 0 || errno == EINTR) {
+    }
   }
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
@@ -208,39 +230,53 @@ bool read_stat(pid_t pid, ProcInfo& info) {
   char state;
   return std::sscanf(p + 1, " %c %d %d %d", &state, &info.ppid, &info.pgrp, &info.session) == 4;
 }
+
+// One pass: SIGKILLs what lies below root (by parent links, or in its process
+// group or session), read from /proc; root itself is spared.
+void kill_below(pid_t root) {
+  std::map<pid_t, ProcInfo> procs;
+  if (DIR* d = ::opendir("/proc")) {
+    while (auto* e = ::readdir(d)) {
+      char* end;
+      long pid = std::strtol(e->d_name, &end, 10);
+      if (*end || pid <= 1) continue;
+      ProcInfo info{};
+      if (read_stat(static_cast<pid_t>(pid), info)) procs[static_cast<pid_t>(pid)] = info;
+    }
+    ::closedir(d);
+  }
+  std::set<pid_t> doomed{root};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (auto& [pid, info] : procs) {
+      if (doomed.count(pid)) continue;
+      if (doomed.count(info.ppid) || info.session == root || info.pgrp == root) {
+        doomed.insert(pid);
+        grew = true;
+      }
+    }
+  }
+  for (pid_t pid : doomed)
+    if (pid != root) ::kill(pid, SIGKILL);
+}
+
+// Twice, to catch forks in flight.
+void kill_descendants(pid_t root) {
+  for (int round = 0; round < 2; ++round) kill_below(root);
+}
+
 }  // namespace
 
 void kill_tree(pid_t root) {
   // Collect first, kill after: killing the shim first would hand its adopted
   // orphans to init before the scan could see them as its descendants.
   for (int round = 0; round < 2; ++round) {
-    std::map<pid_t, ProcInfo> procs;
-    if (DIR* d = ::opendir("/proc")) {
-      while (auto* e = ::readdir(d)) {
-        char* end;
-        long pid = std::strtol(e->d_name, &end, 10);
-        if (*end || pid <= 1) continue;
-        ProcInfo info{};
-        if (read_stat(static_cast<pid_t>(pid), info)) procs[static_cast<pid_t>(pid)] = info;
-      }
-      ::closedir(d);
-    }
-    std::set<pid_t> doomed{root};
-    for (bool grew = true; grew;) {
-      grew = false;
-      for (auto& [pid, info] : procs) {
-        if (doomed.count(pid)) continue;
-        if (doomed.count(info.ppid) || info.session == root || info.pgrp == root) {
-          doomed.insert(pid);
-          grew = true;
-        }
-      }
-    }
-    for (pid_t pid : doomed)
-      if (pid != root) ::kill(pid, SIGKILL);
+    kill_below(root);
     ::kill(-root, SIGKILL);
     ::kill(root, SIGKILL);
   }
 }
+
+void end_tree_with_command(pid_t shim) { ::kill(shim, kEndTreeSignal); }
 
 }  // namespace sbx::agent

@@ -38,4 +38,10 @@ Spawned spawn(const SpawnRequest& req, SpawnFailure& failure);
 /// traceable through parent links (read from /proc), twice to catch forks in flight.
 void kill_tree(pid_t pid);
 
+/// Tells an exec's shim that the host wants the command gone (Ctrl-C, SIGTERM,
+/// SIGHUP): once the command ends, the shim kills whatever it left running, as
+/// a timeout would, before it reports the command's own status. Sent to the
+/// shim alone, before the host's signal goes to the command's group.
+void end_tree_with_command(pid_t shim);
+
 }  // namespace sbx::agent

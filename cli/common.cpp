@@ -7,8 +7,8 @@
 
 #include "backends/drivers.hpp"
 #include "core/local_backend.hpp"
-#include "core/remote_backend.hpp"
-#include "core/remote_index.hpp"
+#include "remote/backend.hpp"
+#include "remote/index.hpp"
 #include "core/units.hpp"
 
 namespace sbx::cli {

@@ -52,9 +52,11 @@ std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver)
 /// `ref` is an exact id, else a name, else an unambiguous id prefix; each is
 /// looked for in this host's registry, then among the remembered remote
 /// sandboxes (which reach the manager they were created on). Anything else
-/// goes to the configured manager when it is healthy, else stays local.
+/// goes to the configured manager when it is healthy, else stays local. A manager that
+/// refuses the key is an error here too (see check_manager_health).
 std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& ref);
-/// This host's backend plus the configured manager when it is healthy (ls, gc, rm --all).
+/// This host's backend plus the configured manager when it is healthy (ls, gc,
+/// rm --all); an unhealthy one is skipped with a warning, one that refuses the key is an error.
 std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg);
 
 /// Prints "sbx: error: ..." (and a hint line) on stderr.

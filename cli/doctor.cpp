@@ -8,7 +8,8 @@
 #include "backends/drivers.hpp"
 #include "cli/common.hpp"
 #include "core/fsutil.hpp"
-#include "core/remote_probe.hpp"
+#include "remote/backend.hpp"
+#include "remote/probe.hpp"
 
 namespace sbx::cli {
 
@@ -52,8 +53,11 @@ int remote_report(const Config& cfg, const std::string& url, bool as_json) {
                         : "check the URL and that `sbx serve` runs there and is reachable from here"});
   if (p.reachable) {
     checks.push_back({true, "TLS", p.tls ? "https, certificate verified" : "plain http (use --tls-cert/--tls-key on a network)", ""});
-    bool auth = p.http_status != 401;
-    checks.push_back({auth, "auth", auth ? "the API key was accepted" : "the API key was refused (401)",
+    bool auth = p.http_status != 401 && p.http_status != 403;
+    checks.push_back({auth, "auth",
+                      auth ? "the API key was accepted"
+                           : "the API key was refused (HTTP " + std::to_string(p.http_status) +
+                                 "); sbx stops there and never falls back to local execution",
                       "set ADMIN_API_KEY to the manager's key"});
     if (auth && p.health) {
       auto& h = *p.health;
@@ -144,9 +148,26 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
       for (auto& p : probes) dj["checks"].push_back(probe_json(p));
       report["drivers"].push_back(dj);
     }
+    // The remote manager is a link of the chain, not a driver: checked once, here.
+    if (cfg.use_remote && !cfg.manager_url.empty()) {
+      Probe p{false, "manager " + cfg.manager_url, "",
+              "start sbx serve there, or check the URL and ADMIN_API_KEY; `sbx doctor --remote` says more"};
+      try {
+        auto problem = check_manager_health(cfg, cfg.manager_url);
+        p.ok = !problem;
+        p.detail = problem ? *problem : "healthy";
+      } catch (const Error& e) {  // a refused key: a configuration error, not an unhealthy manager
+        p.detail = e.message();
+        p.remedy = e.hint();
+      }
+      driver_ok["remote"] = p.ok;
+      report["remote"] = probe_json(p);
+    }
     bool usable = host.front().ok;
     nlohmann::json sel_json;
-    Selection sel = explain_selection(cfg, builtin_drivers(), nullptr);
+    // The check above has just asked (and cached) the manager's health.
+    Selection sel = explain_selection(cfg, builtin_drivers(),
+                                      [&](const std::string& url) { return check_manager_health(cfg, url); });
     sel_json = {{"driver", sel.driver}, {"steps", sel.steps}, {"fell_back", sel.fell_back}};
     if (sel.failure) {
       usable = false;
@@ -172,6 +193,10 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
                   d["summary"].get<std::string>().c_str());
       for (auto& c : d["checks"])
         print_probe({c["ok"], c["name"], c["detail"], c["remedy"], c["advisory"]}, "    ");
+    }
+    if (report.contains("remote")) {
+      auto& r = report["remote"];
+      print_probe({r["ok"], r["name"], r["detail"], r["remedy"], r["advisory"]}, "");
     }
     std::printf("backend selection:\n");
     if (sel_json.contains("steps"))

@@ -145,44 +145,26 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
     req.stdin_open = st->interactive;
 
     Config cfg = load_config(g, st->spec.driver);
-    std::unique_ptr<Backend> backend;
     SandboxSpec spec = spec_from_flags(st->spec);
-    if (st->rm) {
-      backend = backend_for_new(cfg, spec.driver);
-      SandboxRecord rec = backend->create(spec, nullptr);
-      id = rec.id;
-      spec = rec.spec;
-    } else {
-      backend = backend_for_existing(cfg, id);
-    }
+    std::unique_ptr<Backend> backend = st->rm ? backend_for_new(cfg, spec.driver) : backend_for_existing(cfg, id);
+    // Forwarding starts before a one-shot's create: a Ctrl-C while it boots
+    // ends the command as soon as it starts, and the sandbox is still removed.
     Fd sigs = install_signal_forwarding();
     ExecIO io;
     io.on_stdout = [](std::string_view d) { write_all(1, d); };
     io.on_stderr = [](std::string_view d) { write_all(2, d); };
     io.stdin_fd = st->interactive ? 0 : -1;
     io.signal_fd = sigs.get();
-    try {
-      ExecResult r = backend->exec(id, req, io);
-      if (!st->rm) spec = backend->get(id).spec;
-      out.status = report(r, io, spec, req.timeout_ms);
-    } catch (...) {
-      if (st->rm) {
-        try {
-          backend->remove(id);
-        } catch (const Error& e) {
-          warn("could not remove one-shot sandbox " + id + ": " + e.what());
-        }
-      }
-      throw;
-    }
     if (st->rm) {
+      OneShotResult r = backend->run_once(spec, req, io);
+      out.status = report(r.exec, io, r.spec, req.timeout_ms);
       // The result is known; a failure to clean up is reported but does not change it.
-      try {
-        backend->remove(id);
-      } catch (const Error& e) {
-        warn("could not remove one-shot sandbox " + id + ": " + e.what() + " (`sbx gc` will collect it)");
-      }
+      if (!r.cleanup_error.empty())
+        warn("could not remove the one-shot sandbox: " + r.cleanup_error + " (`sbx gc` will collect it)");
+      return;
     }
+    ExecResult r = backend->exec(id, req, io);
+    out.status = report(r, io, backend->get(id).spec, req.timeout_ms);
   });
 }
 

@@ -29,12 +29,7 @@ namespace {
 // The agent's error frame, turned back into the error it described.
 [[noreturn]] void throw_remote(const proto::Frame& f) {
   json j = f.json();
-  std::string code = j.value("code", "internal");
-  Errc c = Errc::internal;
-  for (Errc k : {Errc::usage, Errc::invalid_argument, Errc::not_found, Errc::already_exists, Errc::unavailable,
-                 Errc::permission_denied, Errc::limit_exceeded, Errc::timeout, Errc::io, Errc::protocol,
-                 Errc::conflict, Errc::unauthenticated, Errc::forbidden, Errc::internal})
-    if (code_name(k) == code) c = k;
+  Errc c = errc_named(j.value("code", "internal")).value_or(Errc::internal);
   // The agent's message already carries strerror; keep errno only for the code mapping.
   throw Error(c, j.value("message", "agent error"));
 }

@@ -32,6 +32,13 @@ struct SandboxStatus {
   int running_execs = -1;  ///< from the agent; -1 when unknown
 };
 
+/// How a one-shot went (Backend::run_once).
+struct OneShotResult {
+  ExecResult exec;            ///< how the command ended
+  SandboxSpec spec;           ///< the sandbox's spec, resolved as far as this side knows it
+  std::string cleanup_error;  ///< why the sandbox could not be removed afterwards (gc will), or empty
+};
+
 /// Receives progress lines for steps that take over a second.
 using Progress = std::function<void(const std::string&)>;
 
@@ -44,6 +51,11 @@ class Backend {
   virtual SandboxRecord create(const SandboxSpec& spec, const Progress& progress) = 0;
   /// Runs a command in a sandbox.
   virtual ExecResult exec(const std::string& id, const ExecRequest& req, ExecIO& io) = 0;
+  /// A one-shot: creates a sandbox, runs one command in it and removes it. The
+  /// sandbox lives no longer than this call's process (locally: its record
+  /// names the process, and gc removes it once that is gone) or HTTP request
+  /// (remotely: the manager removes it when the request goes away).
+  virtual OneShotResult run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) = 0;
   /// Every sandbox, with dead ones marked as such.
   virtual std::vector<SandboxRecord> list() = 0;
   /// One sandbox (an unambiguous id prefix works locally).

@@ -36,7 +36,7 @@ const std::vector<std::string> kDefaultsKeys = {"memory", "pids", "cpus", "disk"
                                                 "network", "idle_timeout", "ttl"};
 const std::vector<std::string> kServerKeys = {"listen",  "tls_cert", "tls_key", "log_format",
                                               "api_keys", "max_sandboxes_per_key", "max_execs_per_key",
-                                              "reap_interval", "drain_timeout"};
+                                              "reap_interval", "drain_timeout", "default_network", "images"};
 const std::vector<std::string> kNetworkKeys = {"pool", "dns"};
 const std::vector<std::string> kApiKeyKeys = {"name", "key", "key_file", "permissions"};
 
@@ -119,6 +119,19 @@ void collect(const YAML::Node& map, const std::string& prefix, const std::vector
         if (!seen.insert("pool." + d.first.Scalar()).second)
           throw Error(Errc::invalid_argument, "driver '" + d.first.Scalar() + "' appears twice under pool in " + file);
         out["pool." + d.first.Scalar()] = FileValue{d.second.Scalar(), d.first.Mark().line + 1};
+      }
+      continue;
+    }
+    if (key == "server.images") {
+      // name: directory. Over the API an image is one of these names, never a host path.
+      if (kv.second.IsNull()) continue;
+      if (!kv.second.IsMap())
+        throw Error(Errc::invalid_argument, "'server.images' in " + at + " must be a mapping of name: directory");
+      for (const auto& d : kv.second) {
+        if (!d.first.IsScalar() || !d.second.IsScalar())
+          throw Error(Errc::invalid_argument, "an entry of server.images in " + file + " line " +
+                                                  std::to_string(d.first.Mark().line + 1) + " is not `name: directory`");
+        out["server.images." + d.first.Scalar()] = FileValue{d.second.Scalar(), d.first.Mark().line + 1};
       }
       continue;
     }
@@ -347,6 +360,8 @@ void set_server(Config& c, const Resolver& r) {
   if (auto s = r.from_file("server.max_execs_per_key")) sv.max_execs_per_key = static_cast<int>(parse_uint(*s));
   if (auto s = r.from_file("server.reap_interval")) sv.reap_interval_s = std::max<uint64_t>(1, duration_s(*s));
   if (auto s = r.from_file("server.drain_timeout")) sv.drain_timeout_s = duration_s(*s);
+  if (auto s = r.from_file("server.default_network"))
+    sv.default_network = choose(*s, "network mode", {"none", "jail"});
   for (int i = 0;; ++i) {
     std::string p = "server.api_keys." + std::to_string(i) + ".";
     auto name = r.from_file(p + "name");
@@ -381,9 +396,9 @@ void set_server(Config& c, const Resolver& r) {
         while (!one.empty() && std::isspace(static_cast<unsigned char>(one.front()))) one.erase(0, 1);
         while (!one.empty() && std::isspace(static_cast<unsigned char>(one.back()))) one.pop_back();
         if (!one.empty()) {
-          if (one != "sandboxes:read" && one != "sandboxes:write" && one != "sandboxes:run")
+          if (one != "sandboxes:read" && one != "sandboxes:write" && one != "sandboxes:run" && one != "sandboxes:admin")
             throw Error(Errc::invalid_argument, where + " (" + k.name + "): unknown permission '" + one + "'")
-                .set_hint("permissions: sandboxes:read, sandboxes:write, sandboxes:run");
+                .set_hint("permissions: sandboxes:read, sandboxes:write, sandboxes:run, sandboxes:admin");
           k.permissions.push_back(one);
         }
         pos = comma + 1;
@@ -433,6 +448,20 @@ void set_pool(Config& c, const Resolver& r, const std::vector<std::string>& file
     auto s = r.from_file(k);
     add(k.substr(5), *s);
     c.origin["pool"] = s->origin;
+  }
+}
+
+// server.images: the images the manager's API may name, each an absolute directory.
+void set_images(Config& c, const Resolver& r, const std::vector<std::string>& file_keys) {
+  const std::string prefix = "server.images.";
+  for (auto& k : file_keys) {
+    if (k.rfind(prefix, 0) != 0) continue;
+    auto s = r.from_file(k);
+    if (s->text.empty() || s->text.front() != '/')
+      throw Error(Errc::invalid_argument, s->label + ": '" + s->text + "' is not an absolute directory")
+          .set_hint("server.images maps a name to the image's root directory, e.g. debian: /var/lib/sbx/images/debian");
+    c.server.images[k.substr(prefix.size())] = s->text;
+    c.origin["server.images"] = s->origin;
   }
 }
 
@@ -531,6 +560,7 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
   set_defaults(c, r);
   set_server(c, r);
   set_pool(c, r, file_keys);
+  set_images(c, r, file_keys);
   set_network(c, r);
   return c;
 }

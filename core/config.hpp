@@ -31,6 +31,10 @@ struct ServerConfig {
   int max_execs_per_key = 32;
   uint64_t reap_interval_s = 5;          ///< how often the idle reaper runs
   uint64_t drain_timeout_s = 30;         ///< SIGTERM: how long in-flight work may finish
+  /// The network of sandboxes created through the API that do not say: the
+  /// guide's "network-jailed, NAT out" (drivers without a jail get none).
+  std::string default_network = "jail";
+  std::map<std::string, std::string> images;  ///< server.images: name -> root directory (the API names images, never host paths)
 };
 
 struct Config {

@@ -57,6 +57,11 @@ class Driver {
   virtual std::optional<std::string> start_note(const SandboxSpec& /*spec*/) { return std::nullopt; }
 };
 
+/// What a sandbox's long-lived host processes call themselves in ps and
+/// /proc/PID/cmdline ("sbx-sandbox sbx_… deno"), instead of the argv of the
+/// sbx call that started them: `pgrep -f "sbx serve"` must find the manager only.
+std::string sandbox_process_title(const SandboxRecord& rec);
+
 /// A row of the driver table: the one list that doctor, --driver, the
 /// selector and the server's /healthz all walk.
 struct DriverInfo {
@@ -66,9 +71,10 @@ struct DriverInfo {
   /// (doctor) may take seconds (smoke runs, platform probes); otherwise (a
   /// manager's /healthz) it must answer from what is known or cached.
   std::vector<Probe> (*probe)(const Config& cfg, bool deep);
-  /// Makes a driver instance for this configuration; nullptr for "remote",
-  /// which forwards whole calls (RemoteBackend) instead of running sandboxes here.
+  /// Makes a driver instance for this configuration.
   std::unique_ptr<Driver> (*make)(const Config& cfg);
+  /// Whether --network jail works on this driver (deno has no network at all).
+  bool network_jail = false;
 };
 
 using DriverTable = std::vector<DriverInfo>;

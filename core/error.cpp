@@ -25,6 +25,12 @@ std::string_view code_name(Errc code) {
   return "internal";
 }
 
+std::optional<Errc> errc_named(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(Errc::internal); ++i)
+    if (code_name(static_cast<Errc>(i)) == name) return static_cast<Errc>(i);
+  return std::nullopt;
+}
+
 // 125 follows docker and podman: "the tool failed, not your command", so a
 // script can tell an sbx failure from the sandboxed command's own status.
 int exit_status(Errc code) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,6 +32,8 @@ enum class Errc {
 
 /// The stable snake_case name of a code, as used in JSON errors.
 std::string_view code_name(Errc code);
+/// The code named `name` (the inverse of code_name), or nullopt.
+std::optional<Errc> errc_named(std::string_view name);
 /// The exit status the CLI uses for an error of this code.
 int exit_status(Errc code);
 /// The HTTP status the manager answers for an error of this code.

@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/netaddr.hpp"
+#include "core/pinned_pid.hpp"
 #include "core/units.hpp"
 
 namespace sbx {
@@ -106,20 +107,58 @@ std::unique_ptr<Driver> LocalBackend::driver_for(const SandboxRecord& rec) {
 }
 
 SandboxRecord LocalBackend::create(const SandboxSpec& in, const Progress& progress) {
+  return create_for(in, progress, {});
+}
+
+SandboxRecord LocalBackend::create_for(const SandboxSpec& in, const Progress& progress, const OneShotClient& one_shot) {
   SandboxSpec spec = normalize_spec(in, cfg_, drivers_);
   SandboxRecord probe_rec;
   probe_rec.spec = spec;
   auto driver = driver_for(probe_rec);
-  if (auto pooled = pool_.claim(spec, *driver)) return std::move(*pooled);
-  return start_new(spec, *driver, progress, false);
+  if (auto pooled = pool_.claim(spec, *driver)) {
+    if (one_shot.pid) {
+      pooled->one_shot = one_shot;
+      registry_.save(*pooled);
+    }
+    return std::move(*pooled);
+  }
+  return start_new(spec, *driver, progress, false, one_shot);
+}
+
+OneShotResult LocalBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
+  pid_t self = ::getpid();
+  SandboxRecord rec = create_for(spec, nullptr, {self, proc::start_time(self), proc::pid_namespace()});
+  OneShotResult out;
+  out.spec = rec.spec;
+  try {
+    out.exec = exec(rec.id, req, io);
+  } catch (...) {
+    // Should this fail too, the record names this process: gc collects the sandbox once it exits.
+    try {
+      remove(rec.id);
+    } catch (const Error&) {
+    }
+    throw;
+  }
+  try {
+    remove(rec.id);
+  } catch (const Error& e) {
+    out.cleanup_error = e.what();
+  }
+  return out;
 }
 
 SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, const Progress& progress,
-                                      bool for_pool) {
+                                      bool for_pool, const OneShotClient& one_shot) {
   if (progress)
     if (auto note = driver.start_note(spec)) progress(*note);
   SandboxRecord rec = registry_.create(spec);
   rec.from_pool = for_pool;
+  if (one_shot.pid) {
+    // Recorded before the sandbox starts: a client killed mid-create leaves nothing gc would keep.
+    rec.one_shot = one_shot;
+    registry_.save(rec);
+  }
   std::string dir = registry_.dir(rec.id);
   try {
     with_context("starting sandbox " + rec.id, [&] { driver.start(rec, dir); });
@@ -311,6 +350,37 @@ void LocalBackend::remove(const std::string& id) {
   with_context("removing sandbox " + rec.id, [&] { destroy(rec); });
 }
 
+std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, int64_t now,
+                                    const std::map<std::string, std::string>& unwanted_pooled, bool& alive) {
+  bool pooled = rec.state == SandboxState::pooled;
+  alive = (rec.state == SandboxState::running || pooled) && driver.alive(rec);
+  // A one-shot lives only as long as its client (a killed `sbx exec --rm`);
+  // a client in another pid namespace cannot be judged from here.
+  const OneShotClient& client = rec.one_shot;
+  if (client.pid && client.pid_ns == proc::pid_namespace() && !proc::alive(client.pid, client.start))
+    return "one-shot client (pid " + std::to_string(client.pid) + ") is gone";
+  if (rec.state == SandboxState::creating && now - rec.created_ms < kStrayGraceMs) return "";
+  if (!alive) return rec.state == SandboxState::running || pooled ? "its agent is gone" : std::string(state_name(rec.state));
+  if (pooled) {
+    // Waiting in the warm pool is not idleness: only the pool's own rules remove it.
+    auto it = unwanted_pooled.find(rec.id);
+    return it == unwanted_pooled.end() ? "" : it->second;
+  }
+  if (rec.spec.persistent) return "";
+  uint64_t age_s = static_cast<uint64_t>(now - rec.created_ms) / 1000;
+  uint64_t idle_ms = static_cast<uint64_t>(now - std::max(rec.last_active_ms, rec.created_ms));
+  if (rec.spec.ttl_s && age_s >= rec.spec.ttl_s) return "past its TTL of " + format_duration_ms(rec.spec.ttl_s * 1000);
+  if (!rec.spec.idle_timeout_s || idle_ms < rec.spec.idle_timeout_s * 1000) return "";
+  // A long-running command is not idleness: ask the agent.
+  int running = 0;
+  try {
+    running = AgentClient(driver.connect(rec, registry_.dir(rec.id))).ping().value("running", 0);
+  } catch (const Error&) {
+  }
+  if (running) return "";
+  return "idle for " + format_duration_ms(idle_ms) + " (timeout " + format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
+}
+
 GcReport LocalBackend::gc(bool dry_run) {
   GcReport report;
   int64_t now = now_ms();
@@ -330,40 +400,14 @@ GcReport LocalBackend::gc(bool dry_run) {
   auto unwanted_pooled = pool_.unwanted(recs);
   for (auto& rec : recs) {
     auto* info = find_driver(drivers_, rec.spec.driver);
-    std::string reason;
     if (!info || !info->make) {
       live.insert(rec.id);  // another build's sandbox: not ours to judge
       continue;
     }
     auto driver = info->make(cfg_);
     bool pooled = rec.state == SandboxState::pooled;
-    bool alive = (rec.state == SandboxState::running || pooled) && driver->alive(rec);
-    if (rec.state == SandboxState::creating && now - rec.created_ms < kStrayGraceMs) {
-      live.insert(rec.id);
-      continue;
-    }
-    if (!alive) {
-      reason = rec.state == SandboxState::running || pooled ? "its agent is gone" : std::string(state_name(rec.state));
-    } else if (pooled) {
-      // Waiting in the warm pool is not idleness: only the pool's own rules remove it.
-      if (auto it = unwanted_pooled.find(rec.id); it != unwanted_pooled.end()) reason = it->second;
-    } else if (!rec.spec.persistent) {
-      uint64_t age_s = static_cast<uint64_t>(now - rec.created_ms) / 1000;
-      uint64_t idle_ms = static_cast<uint64_t>(now - std::max(rec.last_active_ms, rec.created_ms));
-      if (rec.spec.ttl_s && age_s >= rec.spec.ttl_s) {
-        reason = "past its TTL of " + format_duration_ms(rec.spec.ttl_s * 1000);
-      } else if (rec.spec.idle_timeout_s && idle_ms >= rec.spec.idle_timeout_s * 1000) {
-        // A long-running command is not idleness: ask the agent.
-        int running = 0;
-        try {
-          running = AgentClient(driver->connect(rec, registry_.dir(rec.id))).ping().value("running", 0);
-        } catch (const Error&) {
-        }
-        if (running == 0)
-          reason = "idle for " + format_duration_ms(idle_ms) + " (timeout " +
-                   format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
-      }
-    }
+    bool alive = false;
+    std::string reason = gc_reason(rec, *driver, now, unwanted_pooled, alive);
     if (reason.empty()) {
       live.insert(rec.id);
       continue;

@@ -21,6 +21,7 @@ class LocalBackend : public Backend {
   std::string where() const override { return "local"; }
   SandboxRecord create(const SandboxSpec& spec, const Progress& progress) override;
   ExecResult exec(const std::string& id, const ExecRequest& req, ExecIO& io) override;
+  OneShotResult run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) override;
   std::vector<SandboxRecord> list() override;
   SandboxRecord get(const std::string& id) override;
   void remove(const std::string& id) override;
@@ -52,9 +53,15 @@ class LocalBackend : public Backend {
   AgentClient connect_for_files(const std::string& id);
   /// Tears down one sandbox under its exclusive lock.
   void destroy(const SandboxRecord& rec);
+  /// create, for the process `one_shot` names (none: a sandbox that stays).
+  SandboxRecord create_for(const SandboxSpec& spec, const Progress& progress, const OneShotClient& one_shot);
   /// Starts a new sandbox and waits until its agent answers; it ends in state
   /// pooled (for the warm pool) or running.
-  SandboxRecord start_new(const SandboxSpec& spec, Driver& driver, const Progress& progress, bool for_pool);
+  SandboxRecord start_new(const SandboxSpec& spec, Driver& driver, const Progress& progress, bool for_pool,
+                          const OneShotClient& one_shot = {});
+  /// Why gc should remove rec (empty: keep it); `alive` says whether its agent runs.
+  std::string gc_reason(const SandboxRecord& rec, Driver& driver, int64_t now,
+                        const std::map<std::string, std::string>& unwanted_pooled, bool& alive);
   /// Whether a running or pooled sandbox's agent is still there.
   bool alive(const SandboxRecord& rec);
 

@@ -38,6 +38,8 @@ void make_workdir(AgentClient& agent, const std::string& workdir) {
 SandboxSpec pool_spec(const std::string& driver, const Config& cfg, const DriverTable& drivers) {
   SandboxSpec s;
   s.driver = driver;
+  // The network creates will ask for by default, or no claim would ever fit.
+  if (auto* info = find_driver(drivers, driver); info && info->network_jail) s.network = cfg.default_network;
   s = normalize_spec(s, cfg, drivers);
   // Never collected for idleness or age while pooled; a claim sets the caller's values.
   s.idle_timeout_s = 0;
@@ -69,6 +71,8 @@ uint64_t Pool::size_of(const std::string& driver) const {
 }
 
 bool Pool::usable(const std::string& driver, std::string* why) {
+  // The manager's API threads and its refiller share one Pool.
+  std::lock_guard lock(usable_mu_);
   auto now = std::chrono::steady_clock::now();
   auto [entry, fresh] = usable_.try_emplace(driver);
   if (fresh || now - entry->second.at > kProbeTtl) {
@@ -77,8 +81,6 @@ bool Pool::usable(const std::string& driver, std::string* why) {
     auto* info = find_driver(drivers_, driver);
     if (!info) {
       why_not = "no driver named '" + driver + "' (drivers: " + driver_names(drivers_) + ")";
-    } else if (!info->make) {
-      why_not = "driver '" + driver + "' does not run sandboxes on this host";
     } else {
       for (auto& p : info->probe(cfg_, false))
         if (!p.ok && !p.advisory) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,6 +92,7 @@ class Pool {
     std::string why;  ///< "" = usable
     std::chrono::steady_clock::time_point at;
   };
+  std::mutex usable_mu_;  ///< guards usable_
   std::map<std::string, Usability> usable_;
 };
 

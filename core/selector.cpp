@@ -13,9 +13,10 @@ Selection select_backend(const Config& cfg, const DriverTable& drivers, const He
 Selection explain_selection(const Config& cfg, const DriverTable& drivers, const HealthCheck& health) {
   Selection s;
   if (!cfg.driver_override.empty()) {
-    if (!find_driver(drivers, cfg.driver_override)) {
+    // "remote" is no row of the table: it is the manager's backend, not a local driver.
+    if (cfg.driver_override != "remote" && !find_driver(drivers, cfg.driver_override)) {
       s.failure = Error(Errc::invalid_argument, "unknown driver '" + cfg.driver_override + "'");
-      s.failure->set_hint("drivers: " + driver_names(drivers));
+      s.failure->set_hint("drivers: " + driver_names(drivers) + ", remote");
       return s;
     }
     s.driver = cfg.driver_override;
@@ -28,12 +29,15 @@ Selection explain_selection(const Config& cfg, const DriverTable& drivers, const
     s.fell_back = true;
     s.fallback_reason = "SANDBOX_MANAGER_URL is not set";
     s.steps.push_back("USE_REMOTE_SANDBOX is true but SANDBOX_MANAGER_URL is not set: falling back");
-  } else if (!find_driver(drivers, "remote")) {
-    s.fell_back = true;
-    s.fallback_reason = "manager " + cfg.manager_url + " is configured but this build of sbx has no remote driver";
-    s.steps.push_back(s.fallback_reason + ": falling back");
   } else {
-    auto problem = health ? health(cfg.manager_url) : std::optional<std::string>("no health check available");
+    std::optional<std::string> problem = "no health check available";
+    try {
+      if (health) problem = health(cfg.manager_url);
+    } catch (const Error& e) {
+      s.steps.push_back(e.message() + ": not falling back (fix the configuration; a refused key is no outage)");
+      s.failure = e;
+      return s;
+    }
     if (!problem) {
       s.driver = "remote";
       s.steps.push_back("manager " + cfg.manager_url + " is healthy: using it (" + cfg.remote_backend + ")");

@@ -110,6 +110,8 @@ void to_json(json& j, const SandboxRecord& r) {
            {"error", r.error},
            {"driver_data", r.driver_data},
            {"from_pool", r.from_pool}};
+  if (r.one_shot.pid)
+    j["one_shot"] = {{"pid", r.one_shot.pid}, {"start", r.one_shot.start}, {"pid_ns", r.one_shot.pid_ns}};
 }
 void from_json(const json& j, SandboxRecord& r) {
   r.id = j.at("id").get<std::string>();
@@ -124,6 +126,11 @@ void from_json(const json& j, SandboxRecord& r) {
   opt(j, "error", r.error);
   if (j.contains("driver_data")) r.driver_data = j["driver_data"];
   opt(j, "from_pool", r.from_pool);
+  if (auto it = j.find("one_shot"); it != j.end() && it->is_object()) {
+    opt(*it, "pid", r.one_shot.pid);
+    opt(*it, "start", r.one_shot.start);
+    opt(*it, "pid_ns", r.one_shot.pid_ns);
+  }
 }
 
 void to_json(json& j, const ExecRequest& r) {

@@ -50,6 +50,14 @@ enum class SandboxState { creating, running, dead, failed, pooled };
 std::string_view state_name(SandboxState s);
 SandboxState parse_state(std::string_view s);
 
+/// The process a one-shot sandbox lives for (`sbx exec --rm`): when it is
+/// gone, the sandbox is garbage, whatever its idle timeout says.
+struct OneShotClient {
+  pid_t pid = 0;        ///< 0: not a one-shot sandbox
+  uint64_t start = 0;   ///< its start time, clock ticks since boot (a recycled pid is not it)
+  uint64_t pid_ns = 0;  ///< inode of its pid namespace: elsewhere the pid names another process
+};
+
 /// A sandbox as the registry knows it.
 struct SandboxRecord {
   std::string id;                ///< "sbx_" + 12 lowercase base32 characters
@@ -63,6 +71,7 @@ struct SandboxRecord {
   uint32_t slot = 0;             ///< index of that range
   std::string error;             ///< why it failed or died
   bool from_pool = false;        ///< started by the warm pool (still unclaimed while state is pooled)
+  OneShotClient one_shot;        ///< set for a one-shot sandbox: who it lives for
   nlohmann::json driver_data = nlohmann::json::object();  ///< driver-private fields
 };
 

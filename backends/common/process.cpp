@@ -3,13 +3,17 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <linux/prctl.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include "backends/common/cgroup.hpp"
 #include "core/error.hpp"
@@ -18,21 +22,55 @@
 
 namespace sbx::proc {
 
-uint64_t start_time(pid_t pid) {
-  auto stat = read_file_if_exists("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return 0;
-  auto close = stat->rfind(')');
-  if (close == std::string::npos) return 0;
-  // Fields after the command: state is the 3rd field, starttime the 22nd.
-  const char* s = stat->c_str() + close + 2;
-  char state = *s;
-  if (state == 'Z' || state == 'X') return 0;
-  int field = 3;
-  while (*s && field < 22) {
-    if (*s == ' ') ++field;
-    ++s;
+namespace {
+// Fields of /proc/PID/stat (proc(5)): where the memory layout lies.
+enum StatField : size_t {
+  kStartCode = 26, kEndCode = 27, kStartStack = 28, kStartData = 45, kEndData = 46, kStartBrk = 47,
+  kArgStart = 48, kArgEnd = 49, kEnvStart = 50, kEnvEnd = 51,
+};
+}  // namespace
+
+Title::Title(std::string title) : text_(std::move(title)) {
+  comm_ = text_.substr(0, std::min(text_.find(' '), size_t{15}));
+  text_.push_back('\0');
+  auto stat = read_file_if_exists("/proc/self/stat");
+  auto close = stat ? stat->rfind(')') : std::string::npos;
+  if (close == std::string::npos) return;
+  // After the command: the state (field 3), then numbers.
+  stat_.assign(4, 0);
+  const char* s = stat->c_str() + close + 4;
+  for (char* end = nullptr; *s; s = end) {
+    stat_.push_back(std::strtoull(s, &end, 10));
+    if (end == s) break;
   }
-  return std::strtoull(s, nullptr, 10);
+  if (stat_.size() <= kEnvEnd) stat_.clear();
+}
+
+void Title::apply() const {
+  ::prctl(PR_SET_NAME, comm_.c_str(), 0, 0, 0);
+  if (stat_.empty()) return;
+  auto at = [&](StatField f) { return static_cast<__u64>(stat_[f]); };
+  prctl_mm_map map{};
+  map.start_code = at(kStartCode);
+  map.end_code = at(kEndCode);
+  map.start_data = at(kStartData);
+  map.end_data = at(kEndData);
+  map.start_brk = at(kStartBrk);
+  map.brk = static_cast<__u64>(::syscall(SYS_brk, 0));  // now, not when the parent read its stat
+  map.start_stack = at(kStartStack);
+  map.arg_start = reinterpret_cast<__u64>(text_.data());
+  map.arg_end = map.arg_start + text_.size();
+  map.env_start = at(kEnvStart);
+  map.env_end = at(kEnvEnd);
+  map.exe_fd = static_cast<__u32>(-1);
+  if (::prctl(PR_SET_MM, PR_SET_MM_MAP, &map, sizeof map, 0) == 0) return;
+  // Without PR_SET_MM_MAP (CONFIG_CHECKPOINT_RESTORE): overwrite the old argv, as setproctitle does.
+  auto* start = reinterpret_cast<char*>(stat_[kArgStart]);
+  size_t room = static_cast<size_t>(stat_[kArgEnd] - stat_[kArgStart]);
+  if (!start || room == 0 || stat_[kArgEnd] < stat_[kArgStart]) return;
+  size_t n = std::min(room - 1, text_.size() - 1);
+  std::memcpy(start, text_.data(), n);
+  std::memset(start + n, 0, room - n);
 }
 
 void kill_pinned(pid_t pid, uint64_t start, int timeout_ms) {

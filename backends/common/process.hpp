@@ -1,6 +1,6 @@
-// Host processes a driver starts or watches: the start-time check that tells
-// a live pid from a recycled one, and running a helper tool (runsc, ...) with
-// a deadline so a hung tool can never hang sbx.
+// Host processes a driver starts or watches: killing one pinned by its start
+// time (core/pinned_pid.hpp tells a live pid from a recycled one), and running
+// a helper tool (runsc, ...) with a deadline so a hung tool can never hang sbx.
 #pragma once
 
 #include <sys/types.h>
@@ -9,18 +9,35 @@
 #include <string>
 #include <vector>
 
+#include "core/pinned_pid.hpp"
+
 namespace sbx::cgroup {
 class Group;
 }
 
 namespace sbx::proc {
 
-/// Start time (clock ticks since boot) of pid, or 0 if it is gone or a zombie.
-uint64_t start_time(pid_t pid);
-
 /// SIGKILLs pid if it is still the process that started at `start` (a pidfd
 /// pins it, so a recycled pid is never hit) and waits up to timeout_ms for it to go.
 void kill_pinned(pid_t pid, uint64_t start, int timeout_ms = 5000);
+
+/// The name a forked process that never execs (a supervisor) shows in ps:
+/// otherwise its /proc/PID/cmdline stays the argv of the sbx call that forked
+/// it (`sbx serve --listen ...`). Prepared before fork; applied in the child.
+class Title {
+ public:
+  /// `title` becomes the cmdline; its first word (15 characters at most) the comm.
+  explicit Title(std::string title);
+  /// In the child: raw system calls only. The cmdline becomes the title
+  /// (PR_SET_MM_MAP, no capability needed); on a kernel without it, the
+  /// title cut to the length of the argv it overwrites.
+  void apply() const;
+
+ private:
+  std::string text_;  ///< the new cmdline, with its NUL
+  std::string comm_;
+  std::vector<unsigned long long> stat_;  ///< this process's /proc/self/stat fields, 1-based (its memory layout)
+};
 
 struct RunOptions {
   int timeout_ms = 30'000;           ///< SIGKILL the tool (and its process group) after this long

@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "backends/common/cgroup.hpp"
@@ -66,7 +67,9 @@ struct Failure {
 // Everything the child needs, built before fork: after fork in a possibly
 // multi-threaded process only raw system calls are safe.
 struct Plan {
+  std::string exe;        // deno; argv[0] is the sandbox's title
   std::vector<std::string> argv, env;
+  std::optional<proc::Title> title;  // the supervisor's, which forks but never execs
   std::string state;      // <dir>/deno on the host
   std::string mount_at;   // where the agent sees it ("" = as is: not root)
   std::string log;
@@ -84,6 +87,7 @@ struct Plan {
   char go;
   if (::read(sync, &go, 1) != 1) child_fail(report, kStepWait);
   ::setsid();
+  if (p.title) p.title->apply();  // while it may still set the whole title (CAP_SYS_RESOURCE)
   int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(log, 1) < 0 || ::dup2(log, 2) < 0) child_fail(report, kStepFds);
   // The supervisor lives as long as the sandbox: it must hold nothing of the
@@ -121,7 +125,7 @@ struct Plan {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // never outlives its supervisor
       // The report pipe closes on exec: EOF tells the host deno started.
       ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-      ::execve(argv[0], argv, envp);
+      ::execve(p.exe.c_str(), argv, envp);
       child_fail(report, kStepExec);
     }
     if (first) {
@@ -241,7 +245,9 @@ class DenoDriver : public Driver {
     }
     std::string read = "--allow-read=" + rt.pyodide + "," + agent + "," + seen;
     if (!snapshot.empty()) read += "," + snapshot;
-    p.argv = {rt.deno, "run", "--quiet", "--no-prompt", "--no-config", "--no-npm", "--no-remote",
+    p.exe = rt.deno;
+    p.title.emplace(sandbox_process_title(rec));
+    p.argv = {sandbox_process_title(rec), "run", "--quiet", "--no-prompt", "--no-config", "--no-npm", "--no-remote",
               "--unstable-worker-options", "--v8-flags=--max-old-space-size=" + std::to_string(heap_mb) + ",--wasm-max-mem-pages=" + std::to_string(wasm_pages), read,
               "--allow-write=" + seen, "--allow-net=unix:" + seen + "/agent.sock", agent + "/agent.ts",
               "--socket", seen + "/agent.sock", "--store", seen + "/store.db", "--pyodide", rt.pyodide,
@@ -301,7 +307,7 @@ class DenoDriver : public Driver {
   }
 
   bool alive(const SandboxRecord& rec) override {
-    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
+    return proc::alive(rec.agent_pid, rec.agent_start);
   }
 
   void destroy(const SandboxRecord& rec, const std::string& /*dir*/) override {

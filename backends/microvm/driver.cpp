@@ -65,8 +65,9 @@ std::string tail(const std::string& path, size_t max = 1200) {
 // calls): forked twice so it is nobody's child here and never a zombie of a
 // long-running sbx serve, joined to the sandbox's cgroup before it runs.
 // tap (or -1): a descriptor the monitor, and so the VMM it runs, inherits as kInheritedTapFd.
-pid_t launch_detached(const std::vector<std::string>& argv, const std::string& log, const cgroup::Group& group,
-                      int tap) {
+// exe is what runs; argv[0] is only what ps shows.
+pid_t launch_detached(const std::string& exe, const std::vector<std::string>& argv, const std::string& log,
+                      const cgroup::Group& group, int tap) {
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -90,7 +91,7 @@ pid_t launch_detached(const std::vector<std::string>& argv, const std::string& l
     if (::dup2(devnull.get(), 0) < 0 || ::dup2(logfd.get(), 1) < 0 || ::dup2(logfd.get(), 2) < 0) ::_exit(127);
     // dup2 leaves the copy without FD_CLOEXEC; a tap already at that number keeps its flag otherwise.
     if (tap >= 0 && (tap == kInheritedTapFd ? ::fcntl(tap, F_SETFD, 0) : ::dup2(tap, kInheritedTapFd)) < 0) ::_exit(127);
-    ::execv(args[0], args.data());
+    ::execv(exe.c_str(), args.data());
     ::_exit(127);
   }
   rep_w.reset();
@@ -166,12 +167,12 @@ class MicrovmDriver : public Driver {
     host.memory_mb = plan.memory_mb + kVmmOverheadMb;
     host.pids = kVmmTasks;
     auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, host); });
-    std::vector<std::string> argv = {agent, "--vm-monitor", plan.dir};
+    std::vector<std::string> argv = {sandbox_process_title(rec), "--vm-monitor", plan.dir};
     if (vmm->relayed()) argv.push_back("--relay");
     argv.push_back("--");
     for (auto& a : vmm->command_line(plan)) argv.push_back(a);
     std::string log = dir + "/vm.log";
-    pid_t pid = launch_detached(argv, log, group, vmm->tap_inherited() ? tap.get() : -1);
+    pid_t pid = launch_detached(agent, argv, log, group, vmm->tap_inherited() ? tap.get() : -1);
     rec.agent_pid = pid;
     rec.agent_start = proc::start_time(pid);
 
@@ -249,7 +250,7 @@ class MicrovmDriver : public Driver {
   std::string sandbox_dir(const std::string& id) const { return cfg_.state_dir + "/sandboxes/" + id; }
 
   static bool process_alive(const SandboxRecord& rec) {
-    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
+    return proc::alive(rec.agent_pid, rec.agent_start);
   }
 
   static void check_spec(const SandboxSpec& spec) {

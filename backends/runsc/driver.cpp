@@ -236,7 +236,7 @@ class RunscDriver : public Driver {
 
   bool alive(const SandboxRecord& rec) override {
     // The sandbox (sentry) process: it exits when the container's init, the agent, does.
-    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
+    return proc::alive(rec.agent_pid, rec.agent_start);
   }
 
   void destroy(const SandboxRecord& rec, const std::string& dir) override {

@@ -47,6 +47,7 @@ class SubprocessDriver : public Driver {
     plan.uid_base = rec.uid_base;
     plan.workdir = rec.spec.workdir;
     plan.agent_path = find_agent_binary();
+    plan.title = sandbox_process_title(rec);
     if (rec.spec.network == "jail") {
       auto jail = net::setup(net::request_for(rec, cfg_, "subprocess"));
       rec.driver_data["netjail"] = net::describe(jail);
@@ -61,7 +62,7 @@ class SubprocessDriver : public Driver {
   Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/agent.sock", "the sandbox's agent"); }
 
   bool alive(const SandboxRecord& rec) override {
-    return rec.agent_pid > 0 && proc::start_time(rec.agent_pid) == rec.agent_start;
+    return proc::alive(rec.agent_pid, rec.agent_start);
   }
 
   void destroy(const SandboxRecord& rec, const std::string& /*dir*/) override {

@@ -225,7 +225,7 @@ Prepared prepare(const LaunchPlan& plan) {
   p.etc = p.root + "/etc";
   p.resolv_conf = plan.resolv_conf;
   p.uid_base = plan.uid_base;
-  p.argv_store = {"sbx-agent", "--listen-fd", std::to_string(kListenFd)};
+  p.argv_store = {plan.title, "--listen-fd", std::to_string(kListenFd)};
   for (auto& a : p.argv_store) p.argv.push_back(a.data());
   p.argv.push_back(nullptr);
   static char env_path[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

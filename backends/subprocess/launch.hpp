@@ -25,6 +25,7 @@ struct LaunchPlan {
   std::string workdir;                ///< created and owned by the sandbox's root
   std::string hostname = "sandbox";
   std::string agent_path;             ///< the sbx-agent binary on the host
+  std::string title = "sbx-agent";    ///< the agent's argv[0]: what its process shows in ps
   std::string netns;                  ///< network namespace to join (a jail's); empty = a fresh loopback-only one
   std::string resolv_conf;            ///< written to the sandbox's /etc/resolv.conf when not empty
 };

@@ -133,6 +133,38 @@ def pid_alive(pid: int) -> bool:
     return st is not None and not st.get("State", "").startswith(("Z", "X"))
 
 
+def cmdlines() -> dict[int, str]:
+    """Every host process's /proc/PID/cmdline, NULs as spaces."""
+    out = {}
+    for e in os.scandir("/proc"):
+        if e.name.isdigit():
+            try:
+                raw = Path(f"/proc/{e.name}/cmdline").read_bytes()
+            except OSError:
+                continue
+            out[int(e.name)] = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    return out
+
+
+def signal_once_started(p: subprocess.Popen, sig: int, check=None, timeout: float = 30):
+    """Waits for p's first line of stdout, which must be "started"; calls check()
+    while p still runs; sends sig and waits for p to end. Returns what check
+    returned. Whatever fails, p is killed and reaped."""
+    import select
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], timeout)
+        line = p.stdout.readline() if ready else None
+        assert line == b"started\n", f"expected the command's 'started' first, got {line!r}"
+        value = check() if check else None
+        p.send_signal(sig)
+        p.wait(timeout=timeout)
+        return value
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+
+
 def mountinfo_lines_mentioning(needle: str) -> list[str]:
     """Lines of every host process's mountinfo that mention needle (deduplicated)."""
     hits = []
@@ -575,6 +607,9 @@ def driver_problem(sbx: Sbx, name: str) -> str | None:
         problem = f"`sbx doctor --driver {name} --json` gave no JSON report (exit {r.rc}): {r.err.strip()}"
     else:
         entry = next((d for d in rep.get("drivers", []) if d.get("name") == name), None)
+        # The manager is no local driver: doctor reports it on its own ("remote": one check).
+        if name == "remote" and isinstance(rep.get("remote"), dict):
+            entry = {"ok": rep["remote"].get("ok"), "checks": [rep["remote"]]}
         sel = rep.get("selection") or {}
         if entry is None:
             problem = (f"driver {name!r} is not part of this sbx build "

@@ -239,7 +239,9 @@ class Manager:
     def list(self, query: str = "", key=_DEFAULT) -> list[dict]:
         r = self.request("GET", "/v1/sandboxes" + query, key=key)
         assert r.status == 200, r
-        return r.json()["sandboxes"]
+        j = r.json()
+        assert isinstance(j, list), f"the list must be a bare JSON array: {r!r}"
+        return j
 
     def ids(self, query: str = "") -> list[str]:
         return [s["id"] for s in self.list(query)]
@@ -290,7 +292,7 @@ class Manager:
             try:
                 for sid in self.ids():
                     r = self.delete(sid)
-                    if r.status not in (204, 404):
+                    if r.status not in (200, 404):
                         problems.append(f"[{self.name}] DELETE {sid} at teardown: {r!r}")
             except (OSError, AssertionError) as e:
                 problems.append(f"[{self.name}] could not list/delete sandboxes at teardown: {e}")

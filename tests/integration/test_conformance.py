@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ID_RE, sha256, wait_until
+from conftest import ID_RE, sha256, signal_once_started, wait_until
 
 # --------------------------------------------------------------------------
 # exec: statuses
@@ -620,6 +620,30 @@ def test_signals_forwarded_to_command(sbx, sandbox, sig, status):
     assert p.returncode == status
 
 
+def _sleeps_left(sbx, sandbox) -> str:
+    """The sleep processes still running in the sandbox (its own pid namespace), one per line."""
+    # /proc and grep rather than pgrep, which a micro-VM's busybox guest lacks.
+    r = sbx.sh(sandbox, "cat /proc/[0-9]*/comm 2>/dev/null | grep -x sleep; true")
+    assert r.rc == 0, r
+    return r.out.strip()
+
+
+# A background job that ignores the signal (as a non-interactive sh makes any
+# `sleep 31 &` ignore SIGINT) outlives the command the signal ends; the whole
+# tree must go, as on --timeout, while the status stays the signal's.
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129),
+                                        (signal.SIGKILL, -9)], ids=["INT", "TERM", "HUP", "client-killed"])
+def test_signal_to_exec_kills_the_whole_tree(sbx, sandbox, sig, status):
+    p = sbx.popen("exec", sandbox, "--", "sh", "-c",
+                  "(trap '' INT TERM HUP; exec sleep 31) & echo started; exec sleep 32")
+    running = signal_once_started(p, sig, lambda: wait_until(lambda: len(_sleeps_left(sbx, sandbox).splitlines()) == 2, 10))
+    assert running, "sleep 31 and sleep 32 never both ran"
+    assert p.returncode == status
+    # Through a manager the kill follows the dropped connection: a bounded wait, no timing claim.
+    assert wait_until(lambda: _sleeps_left(sbx, sandbox) == "", 10), \
+        f"left running after {signal.Signals(sig).name} to sbx exec: {_sleeps_left(sbx, sandbox)}"
+
+
 def test_killed_client_kills_its_command(sbx, sandbox):
     p = sbx.popen("exec", sandbox, "--", "sh", "-c", "echo started; sleep 2; echo late > /work/after-client-death")
     try:
@@ -644,7 +668,10 @@ def test_exec_rm_interrupted_still_cleans_up(sbx, driver):
             p.kill()
         p.communicate()
     assert p.returncode == 143
-    assert set(sbx.ls_ids()) <= before, "an interrupted exec --rm left its sandbox behind"
+    # Through a manager the one-shot goes with its dropped request (POST /v1/run),
+    # just after the client has exited: a bounded wait.
+    assert wait_until(lambda: set(sbx.ls_ids()) <= before, 10 if driver == "remote" else 0), \
+        "an interrupted exec --rm left its sandbox behind"
 
 
 def test_rm_during_exec(sbx, make_sandbox, driver):

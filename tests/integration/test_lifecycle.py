@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ID_RE, Sbx, mountinfo_lines_mentioning, pid_alive, wait_until
+from conftest import (DRIVERS, ID_RE, SBX_BIN, Sbx, cmdlines, driver_problem, mountinfo_lines_mentioning,
+                      pid_alive, signal_once_started, skip_or_fail, wait_until)
 
 subprocess_only = pytest.mark.only_drivers("subprocess")
 
@@ -179,6 +181,47 @@ def test_orphan_cgroup_reaped(gc_sbx, make_sandbox, driver):
 
 
 @subprocess_only
+def _started_then_sleep(driver: str) -> list[str]:
+    if driver == "deno":
+        return ["python3", "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    return ["sh", "-c", "echo started; sleep 60"]
+
+
+def test_killed_exec_rm_is_collected(gc_sbx, driver):
+    # What a CI runner does at its deadline: kill -9 of `sbx exec --rm`.
+    before = set(gc_sbx.ls_ids())
+    p = gc_sbx.popen("exec", "--rm", "--driver", driver, "--", *_started_then_sleep(driver))
+    (sid,) = signal_once_started(p, signal.SIGKILL, lambda: set(gc_sbx.ls_ids()) - before)
+    if driver == "remote":
+        # The manager ties a one-shot to its HTTP request: gone with the client, no gc needed.
+        assert wait_until(lambda: sid not in gc_sbx.ls_ids(), 10), f"{sid} outlived its killed client on the manager"
+        return
+    rec = gc_sbx.record(sid)
+    assert rec and rec["one_shot"]["pid"] == p.pid, rec
+    r = gc_sbx.run("gc", "--json").ok()
+    a = _sandbox_actions(json.loads(r.stdout)).get(sid)
+    assert a and a["done"] and a["reason"] == f"one-shot client (pid {p.pid}) is gone", r
+    assert sid not in gc_sbx.ls_ids()
+    assert not os.path.exists(gc_sbx.sandbox_dir(sid))
+    assert not [d for d in gc_sbx.cgroup_dirs(sid) if os.path.isdir(d)]
+
+
+def test_live_exec_rm_is_kept_by_gc(gc_sbx, driver):
+    before = set(gc_sbx.ls_ids())
+    p = gc_sbx.popen("exec", "--rm", "--driver", driver, "--", *_started_then_sleep(driver))
+
+    def gc_while_it_runs():
+        (sid,) = set(gc_sbx.ls_ids()) - before
+        r = gc_sbx.run("gc", "--json").ok()
+        assert sid not in _sandbox_actions(json.loads(r.stdout)), r
+        assert sid in gc_sbx.ls_ids()
+        return sid
+
+    sid = signal_once_started(p, signal.SIGTERM, gc_while_it_runs)
+    assert p.returncode == 143
+    assert sid not in gc_sbx.ls_ids()
+
+
 def test_gc_spares_other_state_roots(sbx, sandbox, session_root, driver):
     # Two state roots on one host (e.g. per-user roots, or CI jobs with their own
     # SBX_STATE_DIR). gc of one must not treat the other's live sandboxes as orphans.
@@ -189,6 +232,49 @@ def test_gc_spares_other_state_roots(sbx, sandbox, session_root, driver):
     assert not hits, (f"`sbx gc` on an unrelated state root would destroy live sandbox {sandbox} "
                       f"of another state root: {hits}")
     assert sbx.exec(sandbox, "true").rc == 0
+
+
+# --------------------------------------------------------------------------
+# sandbox processes name themselves
+# --------------------------------------------------------------------------
+
+
+def comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+# runsc's long-lived host processes are runsc's own (runsc-sandbox, the gofer):
+# nothing of the sbx call is in them, and no sbx process outlives it.
+TITLED = {"subprocess", "deno", "microvm"}
+
+
+@pytest.mark.parametrize("name", ["subprocess", "deno"] + [d for d in DRIVERS if d not in ("subprocess", "deno", "remote")])
+def test_sandbox_processes_name_themselves(sbx, name):
+    problem = driver_problem(sbx, name)
+    if problem:
+        skip_or_fail(problem)
+    # The marker is the creating call's argv[0]: what ps showed of it, and of
+    # every sandbox process that kept its argv.
+    marker = "sbx-marker-" + secrets.token_hex(4)
+    p = subprocess.run([marker, "create", "--driver", name], executable=SBX_BIN, env=sbx.env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    sid = p.stdout.decode().strip()
+    assert p.returncode == 0 and ID_RE.match(sid), p
+    sbx.created.append(sid)
+    try:
+        procs = cmdlines()
+        leaked = {pid: cmd for pid, cmd in procs.items() if marker in cmd or " create --driver " in cmd}
+        assert not leaked, f"processes still showing the argv of `sbx create`: {leaked}"
+        if name in TITLED:
+            agent = sbx.record(sid)["agent_pid"]
+            assert procs.get(agent, "").startswith(f"sbx-sandbox {sid} {name}"), (agent, procs.get(agent))
+            assert comm(agent) == "sbx-sandbox"
+        if name == "deno":
+            # The deno the supervisor runs carries the title as its argv[0].
+            kids = Path(f"/proc/{agent}/task/{agent}/children").read_text().split()
+            assert kids and all(cmdlines().get(int(k), "").startswith(f"sbx-sandbox {sid} deno ") for k in kids), kids
+    finally:
+        sbx.remove(sid)
 
 
 # --------------------------------------------------------------------------

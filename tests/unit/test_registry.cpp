@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/fsutil.hpp"
+#include "core/pinned_pid.hpp"
 #include "core/spec.hpp"
 #include "tests/unit/helpers.hpp"
 
@@ -496,4 +498,38 @@ TEST_CASE("registry: concurrent creators and writers lose nothing", "[registry]"
   CHECK(*slots.rbegin() == static_cast<uint32_t>(kProcs * kPerProc - 1));
   CHECK(reg.stray_dirs().empty());
   CHECK(tmp_leftovers(root).empty());
+}
+
+TEST_CASE("registry: a one-shot record keeps the client it lives for", "[registry]") {
+  TempDir dir("registry");
+  Registry reg(dir.path, kBase);
+  SandboxRecord plain = reg.create(spec_with("plain"));
+  CHECK_FALSE(nlohmann::json(plain).contains("one_shot"));  // nothing for sandboxes that stay
+  SandboxRecord rec = reg.create(spec_with("one-shot"));
+  rec.one_shot = {::getpid(), sbx::proc::start_time(::getpid()), sbx::proc::pid_namespace()};
+  reg.save(rec);
+  auto back = reg.find(rec.id);
+  REQUIRE(back);
+  CHECK(back->one_shot.pid == ::getpid());
+  CHECK(back->one_shot.start == rec.one_shot.start);
+  CHECK(back->one_shot.pid_ns == rec.one_shot.pid_ns);
+  CHECK(reg.find(plain.id)->one_shot.pid == 0);
+}
+
+TEST_CASE("pinned pid: alive while it runs, not once reaped or for another start time", "[registry]") {
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  uint64_t start = sbx::proc::start_time(child);
+  CHECK(start > 0);
+  CHECK(sbx::proc::alive(child, start));
+  CHECK_FALSE(sbx::proc::alive(child, start + 1));  // a recycled pid has another start time
+  CHECK_FALSE(sbx::proc::alive(0, start));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK_FALSE(sbx::proc::alive(child, start));
+  CHECK(sbx::proc::pid_namespace() != 0);
 }

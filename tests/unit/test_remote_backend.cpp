@@ -1,4 +1,4 @@
-#include "core/remote_backend.hpp"
+#include "remote/backend.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,7 +13,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/remote_index.hpp"
+#include "remote/index.hpp"
 #include "tests/unit/helpers.hpp"
 
 using nlohmann::json;
@@ -369,7 +369,19 @@ TEST_CASE("remote: health check verdicts from a live server", "[remote]") {
   cfg.state_dir = "/proc/no-such-dir";  // not writable: checks still work, uncached
   {
     OneShotServer srv({http_response("401 Unauthorized", R"({"error":{"code":"unauthenticated","message":"no"}})")});
-    CHECK(sbx::check_manager_health(cfg, srv.url()) == std::optional<std::string>("HTTP 401: the API key was refused"));
+    // A refused key is a configuration error, not ill health: thrown, naming the manager.
+    auto e = error_of([&] { sbx::check_manager_health(cfg, srv.url()); });
+    CHECK(e.code() == Errc::unauthenticated);
+    CHECK(contains(e.what(), srv.url()));
+    CHECK(contains(e.what(), "refused the API key (HTTP 401: no)"));
+    CHECK(contains(e.hint(), "ADMIN_API_KEY"));
+  }
+  {
+    OneShotServer srv({http_response("403 Forbidden", "<html>go away</html>", "text/html")});
+    auto e = error_of([&] { sbx::check_manager_health(cfg, srv.url()); });
+    CHECK(e.code() == Errc::forbidden);
+    CHECK(contains(e.what(), srv.url()));
+    CHECK(contains(e.what(), "HTTP 403"));
   }
   {
     OneShotServer srv({http_response("503 Service Unavailable", R"({"status":"draining"})")});
@@ -404,6 +416,7 @@ TEST_CASE("remote: error bodies map back to sbx errors", "[remote]") {
     auto e = error_of([&] { be.list(); });
     CHECK(e.code() == Errc::unauthenticated);
     CHECK(e.message() == "missing or wrong API key");
+    CHECK(contains(e.what(), "manager " + srv.url()));  // which manager refused the key
     CHECK(contains(e.hint(), "ADMIN_API_KEY"));
   }
   {

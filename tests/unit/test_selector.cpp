@@ -28,11 +28,8 @@ std::unique_ptr<sbx::Driver> no_driver(const Config&) { return nullptr; }
 
 DriverInfo row(const std::string& name) { return DriverInfo{name, "fake " + name, &no_probes, &no_driver}; }
 
+// The table lists local drivers only; the remote manager is the selector's own link.
 DriverTable local_only() { return {row("subprocess"), row("deno")}; }
-DriverTable with_remote() {
-  // A row without probe/make functions must be fine for the selector: it never calls them.
-  return {row("subprocess"), row("deno"), DriverInfo{"remote", "fake remote", nullptr, nullptr}};
-}
 
 // A health check that records its calls and answers as told.
 struct FakeHealth {
@@ -66,7 +63,7 @@ TEST_CASE("selector: USE_REMOTE_SANDBOX=false uses the local backend without ask
   FakeHealth h;
   for (const std::string& url : {std::string(), kUrl}) {
     CAPTURE(url);
-    Selection s = sbx::explain_selection(cfg(false, url), with_remote(), h.fn());
+    Selection s = sbx::explain_selection(cfg(false, url), local_only(), h.fn());
     CHECK(s.driver == "deno");
     CHECK_FALSE(s.fell_back);
     CHECK(s.fallback_reason.empty());
@@ -74,13 +71,13 @@ TEST_CASE("selector: USE_REMOTE_SANDBOX=false uses the local backend without ask
     CHECK(contains(all_steps(s), "USE_REMOTE_SANDBOX is false"));
   }
   CHECK(h.calls.empty());
-  Selection sub = sbx::select_backend(cfg(false, kUrl, "subprocess"), with_remote(), h.fn());
+  Selection sub = sbx::select_backend(cfg(false, kUrl, "subprocess"), local_only(), h.fn());
   CHECK(sub.driver == "subprocess");
 }
 
 TEST_CASE("selector: remote on but SANDBOX_MANAGER_URL unset falls back to local", "[selector]") {
   FakeHealth h;
-  Selection s = sbx::explain_selection(cfg(true, ""), with_remote(), h.fn());
+  Selection s = sbx::explain_selection(cfg(true, ""), local_only(), h.fn());
   CHECK(s.driver == "deno");
   CHECK(s.fell_back);
   CHECK(contains(s.fallback_reason, "SANDBOX_MANAGER_URL"));
@@ -89,20 +86,9 @@ TEST_CASE("selector: remote on but SANDBOX_MANAGER_URL unset falls back to local
   CHECK(s.steps.size() >= 2);
 }
 
-TEST_CASE("selector: URL set but no remote driver in the table falls back", "[selector]") {
-  FakeHealth h;
-  Selection s = sbx::explain_selection(cfg(true, kUrl, "subprocess"), local_only(), h.fn());
-  CHECK(s.driver == "subprocess");
-  CHECK(s.fell_back);
-  CHECK(contains(s.fallback_reason, "remote"));
-  CHECK(contains(all_steps(s), kUrl));
-  CHECK_FALSE(s.failure);
-  CHECK(h.calls.empty());
-}
-
 TEST_CASE("selector: a healthy manager is used", "[selector]") {
   FakeHealth h;
-  Selection s = sbx::select_backend(cfg(true, kUrl), with_remote(), h.fn());
+  Selection s = sbx::select_backend(cfg(true, kUrl), local_only(), h.fn());
   CHECK(s.driver == "remote");
   CHECK_FALSE(s.fell_back);
   CHECK_FALSE(s.failure);
@@ -111,7 +97,7 @@ TEST_CASE("selector: a healthy manager is used", "[selector]") {
   CHECK(contains(all_steps(s), kUrl));
   CHECK(contains(all_steps(s), "syd"));
   // Even with LOCAL_SANDBOX_BACKEND=none, a healthy manager is fine.
-  Selection n = sbx::select_backend(cfg(true, kUrl, "none"), with_remote(), h.fn());
+  Selection n = sbx::select_backend(cfg(true, kUrl, "none"), local_only(), h.fn());
   CHECK(n.driver == "remote");
   CHECK_FALSE(n.failure);
 }
@@ -119,7 +105,7 @@ TEST_CASE("selector: a healthy manager is used", "[selector]") {
 TEST_CASE("selector: an unhealthy manager falls back and the reason names the URL", "[selector]") {
   FakeHealth h;
   h.problem = "connection refused";
-  Selection s = sbx::explain_selection(cfg(true, kUrl), with_remote(), h.fn());
+  Selection s = sbx::explain_selection(cfg(true, kUrl), local_only(), h.fn());
   CHECK(s.driver == "deno");
   CHECK(s.fell_back);
   CHECK(contains(s.fallback_reason, kUrl));
@@ -128,8 +114,36 @@ TEST_CASE("selector: an unhealthy manager falls back and the reason names the UR
   CHECK(h.calls.size() == 1);
 }
 
+TEST_CASE("selector: a manager that refuses the key is an error, never a fallback", "[selector]") {
+  // The manager is up and says no: running the code on this host instead would
+  // hide a configuration error (and run untrusted code where it was not meant to).
+  for (Errc code : {Errc::unauthenticated, Errc::forbidden}) {
+    for (const std::string& local : {std::string("subprocess"), std::string("deno"), std::string("none")}) {
+      CAPTURE(sbx::code_name(code), local);
+      std::vector<std::string> calls;
+      sbx::HealthCheck refusing = [&](const std::string& url) -> std::optional<std::string> {
+        calls.push_back(url);
+        throw sbx::Error(code, "manager " + url + " refused the API key (HTTP 401: no)").set_hint("set ADMIN_API_KEY");
+      };
+      Selection s = sbx::explain_selection(cfg(true, kUrl, local), local_only(), refusing);
+      CHECK(s.driver.empty());
+      CHECK_FALSE(s.fell_back);
+      REQUIRE(s.failure);
+      CHECK(s.failure->code() == code);
+      CHECK(contains(s.failure->what(), kUrl));
+      CHECK(contains(s.failure->what(), "refused the API key"));
+      CHECK(s.failure->hint() == "set ADMIN_API_KEY");
+      CHECK(contains(all_steps(s), "not falling back"));
+      CHECK_FALSE(contains(all_steps(s), "using the local"));
+      auto e = error_of([&] { sbx::select_backend(cfg(true, kUrl, local), local_only(), refusing); });
+      CHECK(e.code() == code);
+      CHECK(calls.size() == 2);
+    }
+  }
+}
+
 TEST_CASE("selector: no health check function counts as unhealthy", "[selector]") {
-  Selection s = sbx::explain_selection(cfg(true, kUrl), with_remote(), sbx::HealthCheck{});
+  Selection s = sbx::explain_selection(cfg(true, kUrl), local_only(), sbx::HealthCheck{});
   CHECK(s.driver == "deno");
   CHECK(s.fell_back);
   CHECK(contains(s.fallback_reason, kUrl));
@@ -144,11 +158,10 @@ TEST_CASE("selector: LOCAL_SANDBOX_BACKEND=none fails closed in every fallback c
     DriverTable table;
   };
   std::vector<Case> cases = {
-      {"remote off, no URL", cfg(false, "", "none"), with_remote()},
-      {"remote off, URL set", cfg(false, kUrl, "none"), with_remote()},
-      {"URL unset", cfg(true, "", "none"), with_remote()},
-      {"no remote driver", cfg(true, kUrl, "none"), local_only()},
-      {"unhealthy", cfg(true, kUrl, "none"), with_remote()},
+      {"remote off, no URL", cfg(false, "", "none"), local_only()},
+      {"remote off, URL set", cfg(false, kUrl, "none"), local_only()},
+      {"URL unset", cfg(true, "", "none"), local_only()},
+      {"unhealthy", cfg(true, kUrl, "none"), local_only()},
   };
   for (auto& c : cases) {
     CAPTURE(c.name);
@@ -171,28 +184,17 @@ TEST_CASE("selector: LOCAL_SANDBOX_BACKEND=none fails closed in every fallback c
 TEST_CASE("selector: a fail-closed failure after an unhealthy manager names the URL", "[selector]") {
   FakeHealth h;
   h.problem = "HTTP 503";
-  Selection s = sbx::explain_selection(cfg(true, kUrl, "none"), with_remote(), h.fn());
+  Selection s = sbx::explain_selection(cfg(true, kUrl, "none"), local_only(), h.fn());
   REQUIRE(s.failure);
   CHECK(contains(s.failure->what(), kUrl));
   CHECK(contains(s.failure->what(), "HTTP 503"));
-}
-
-TEST_CASE("selector: a fail-closed failure with a URL but no remote driver names the URL", "[selector][bug]") {
-  // selector.hpp: "When the chain ends at `none` ..., `failure` names the manager
-  // URL and what went wrong." Here the reason is "this build of sbx has no remote
-  // driver" and the URL only appears in the hint, not in the error line itself.
-  Selection s = sbx::explain_selection(cfg(true, kUrl, "none"), local_only(), FakeHealth{}.fn());
-  REQUIRE(s.failure);
-  CHECK(s.failure->code() == Errc::unavailable);
-  CHECK(contains(s.failure->what(), "no remote driver"));
-  CHECK(contains(s.failure->what(), kUrl));
 }
 
 TEST_CASE("selector: --driver skips the chain", "[selector]") {
   FakeHealth h;
   Config c = cfg(true, kUrl, "none");
   c.driver_override = "subprocess";
-  Selection s = sbx::select_backend(c, with_remote(), h.fn());
+  Selection s = sbx::select_backend(c, local_only(), h.fn());
   CHECK(s.driver == "subprocess");
   CHECK_FALSE(s.fell_back);
   CHECK_FALSE(s.failure);
@@ -202,7 +204,7 @@ TEST_CASE("selector: --driver skips the chain", "[selector]") {
 
   c.driver_override = "remote";
   h.problem = "down";
-  Selection r = sbx::select_backend(c, with_remote(), h.fn());
+  Selection r = sbx::select_backend(c, local_only(), h.fn());
   CHECK(r.driver == "remote");
   CHECK(h.calls.empty());
 }
@@ -211,7 +213,7 @@ TEST_CASE("selector: an unknown --driver is invalid_argument listing the drivers
   FakeHealth h;
   Config c = cfg(true, kUrl);
   c.driver_override = "firecracker";
-  Selection s = sbx::explain_selection(c, with_remote(), h.fn());
+  Selection s = sbx::explain_selection(c, local_only(), h.fn());
   CHECK(s.driver.empty());
   REQUIRE(s.failure);
   CHECK(s.failure->code() == Errc::invalid_argument);
@@ -219,11 +221,11 @@ TEST_CASE("selector: an unknown --driver is invalid_argument listing the drivers
   CHECK(contains(s.failure->hint(), "subprocess"));
   CHECK(contains(s.failure->hint(), "deno"));
   CHECK(contains(s.failure->hint(), "remote"));
-  CHECK(error_of([&] { sbx::select_backend(c, with_remote(), h.fn()); }).code() == Errc::invalid_argument);
-  CHECK(h.calls.empty());
-  // "remote" is unknown when the table lacks it.
-  c.driver_override = "remote";
   CHECK(error_of([&] { sbx::select_backend(c, local_only(), h.fn()); }).code() == Errc::invalid_argument);
+  CHECK(h.calls.empty());
+  // "remote" is no row of the table, yet always a valid --driver: the manager's backend.
+  c.driver_override = "remote";
+  CHECK(sbx::select_backend(c, local_only(), h.fn()).driver == "remote");
 }
 
 TEST_CASE("selector: a local backend missing from the table is unavailable with a hint", "[selector]") {

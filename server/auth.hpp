@@ -12,7 +12,8 @@ enum Permission : unsigned {
   kRead = 1,   ///< sandboxes:read
   kWrite = 2,  ///< sandboxes:write
   kRun = 4,    ///< sandboxes:run — never implied by the others
-  kAll = 7,
+  kAdmin = 8,  ///< sandboxes:admin — sees every owner's sandboxes (the others still gate what it may do)
+  kAll = 15,
 };
 
 /// "sandboxes:read" -> kRead; throws invalid_argument naming the accepted ones.

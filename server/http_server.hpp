@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "core/server/api.hpp"
+#include "server/api.hpp"
 
 namespace sbx::server {
 

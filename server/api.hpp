@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,11 +14,11 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "core/error.hpp"
 #include "core/driver.hpp"
-#include "core/local_backend.hpp"
-#include "core/server/auth.hpp"
-#include "core/server/metrics.hpp"
+#include "core/error.hpp"
+#include "core/backend.hpp"
+#include "server/auth.hpp"
+#include "server/metrics.hpp"
 
 namespace sbx::server {
 
@@ -44,6 +45,7 @@ struct HttpRequest {
   int body_fd = -1;            ///< an unlinked temp file holding a large upload, or -1
   const ApiKey* key = nullptr; ///< the authenticated caller
   int client_fd = -1;          ///< the connection's socket, to notice a client that hung up
+  std::string request_id;      ///< X-Request-Id of the answer (also in error bodies and the log line)
 };
 
 /// A response body produced while it is sent.
@@ -63,11 +65,15 @@ struct HttpResponse {
   int file_fd = -1;            ///< send this file (owned) instead of body
   uint64_t file_size = 0;
   std::shared_ptr<ResponseStream> stream;  ///< or stream this
+  std::vector<std::pair<std::string, std::string>> headers;  ///< extra headers (Allow, Retry-After)
 };
 
 class Api {
  public:
-  Api(const Config& cfg, const DriverTable& drivers, KeyRing keys, Limits limits);
+  /// `backend` runs the sandboxes (shared with the pool refiller; a fake in unit
+  /// tests); `drivers` is what /healthz probes and create's default comes from.
+  /// cfg.default_network is what API creates on a driver with a jail get when they do not say.
+  Api(const Config& cfg, const DriverTable& drivers, Backend& backend, KeyRing keys, Limits limits);
   ~Api();
 
   /// Authenticates from the X-API-Key header value; nullptr when refused.
@@ -79,6 +85,9 @@ class Api {
 
   /// One gc pass (the idle reaper calls this periodically); returns what it removed.
   size_t reap();
+  /// Runs every driver's probes again for /healthz (serve calls it in the background:
+  /// probes take 50-110 ms, a health check must not).
+  void refresh_probes();
   /// Stop taking work: new requests get 503, in-flight ones finish.
   void start_draining() { draining_ = true; }
   /// Requests (and streams) still running.
@@ -90,24 +99,51 @@ class Api {
 
  private:
   HttpResponse route(const HttpRequest& req);
+  HttpResponse sandbox_route(const HttpRequest& req, const std::string& rest);
   HttpResponse create(const HttpRequest& req);
   HttpResponse list(const HttpRequest& req);
-  HttpResponse exec(const HttpRequest& req, const std::string& id, bool one_shot);
+  HttpResponse remove(const HttpRequest& req, const SandboxRecord& rec);
+  /// Our exec (argv) on `rec`, or /v1/run's one-shot when rec is nullptr.
+  HttpResponse exec(const HttpRequest& req, const SandboxRecord* rec);
+  HttpResponse commands(const HttpRequest& req, const SandboxRecord& rec);
   HttpResponse files_get(const HttpRequest& req, const std::string& id);
   HttpResponse files_put(const HttpRequest& req, const std::string& id);
+  HttpResponse files_json_get(const HttpRequest& req, const SandboxRecord& rec);
+  HttpResponse files_json_post(const HttpRequest& req, const SandboxRecord& rec);
   HttpResponse stat(const HttpRequest& req, const std::string& id);
   HttpResponse gc(const HttpRequest& req);
   HttpResponse healthz(const ApiKey& caller);
+  HttpResponse metrics_text();
+
+  /// The sandbox `id` names, when the caller may see it: its owner's key or an
+  /// admin. Anyone else gets the same 404 as for a sandbox that never existed.
+  SandboxRecord owned(const HttpRequest& req, const std::string& id);
+  /// A request's spec made into what this manager runs: the owner, the default
+  /// driver and network, and `image` resolved from the names the operator listed.
+  SandboxSpec manager_spec(SandboxSpec spec, const nlohmann::json& body, const ApiKey& key) const;
   /// Reserves a sandbox slot of the key's cap (released by the returned guard).
   std::shared_ptr<void> reserve_sandbox(const std::string& key);
-  HttpResponse metrics_text();
+  /// Reserves an exec slot of the key's cap; every copy of the guard shares it, the last one frees it.
+  std::shared_ptr<void> reserve_exec(const std::string& key);
+  /// Runs a /commands string on a driver without a shell (deno) as the
+  /// documented subset (core/shell_subset.hpp): one exec per step.
+  ExecResult run_shell_subset(const SandboxRecord& rec, const std::string& command, uint64_t timeout_ms, ExecIO& io);
+  /// A buffered command's outcome.
+  struct Buffered {
+    nlohmann::json exit;     ///< the exit record (exit_code, signal, timed_out, ...)
+    std::string out, err;    ///< output up to the cap
+    bool truncated = false;  ///< output went past the cap
+  };
+  /// Runs one command buffered: output collected up to the cap, the command
+  /// killed with its tree when the client hangs up (unless detach).
+  Buffered run_buffered(const HttpRequest& req, bool detach, const std::function<nlohmann::json(ExecIO&)>& run);
 
   friend class ExecStream;
   Config cfg_;
   const DriverTable& drivers_;
   KeyRing keys_;
   Limits limits_;
-  LocalBackend backend_;
+  Backend& backend_;
   std::string default_driver_;
   Metrics metrics_;
   std::atomic<int> in_flight_{0};
@@ -116,6 +152,9 @@ class Api {
   std::map<std::string, int> execs_per_key_;
   std::map<std::string, int> creating_per_key_;  ///< creates under way, counted against the cap
   std::vector<std::weak_ptr<ResponseStream>> streams_;
+  std::mutex probes_mu_;
+  nlohmann::json probed_drivers_ = nlohmann::json::array();  ///< /healthz's drivers, from refresh_probes()
+  bool default_driver_ok_ = false;
 };
 
 /// A record as the API shows it: host-private fields (pids, uid range) left out.

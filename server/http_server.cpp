@@ -1,4 +1,4 @@
-#include "core/server/http_server.hpp"
+#include "server/http_server.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -33,6 +33,24 @@ struct Exchange {
   uint64_t received = 0;
 };
 
+// A process-unique, unguessable-enough id for correlating an answer with its log line.
+std::string new_request_id() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t boot = static_cast<uint64_t>(now_ms()) ^ (static_cast<uint64_t>(::getpid()) << 40);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "req_%012llx%06llx", static_cast<unsigned long long>(boot & 0xFFFFFFFFFFFFull),
+                static_cast<unsigned long long>(++counter & 0xFFFFFF));
+  return buf;
+}
+
+// Error bodies name the request too: {"error": {..., "request_id": ...}}.
+void with_request_id(HttpResponse& r, const std::string& id) {
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (!j.is_object() || !j.contains("error") || !j["error"].is_object()) return;
+  j["error"]["request_id"] = id;
+  r.body = j.dump() + "\n";
+}
+
 struct StreamHolder {
   std::shared_ptr<ResponseStream> stream;
 };
@@ -55,6 +73,7 @@ struct HttpServer::Impl {
   Impl(Api& a, HttpOptions o) : api(a), opts(std::move(o)) {}
 
   MHD_Result queue(MHD_Connection* c, Exchange& ex, HttpResponse r) {
+    if (r.status >= 400) with_request_id(r, ex.req.request_id);
     MHD_Response* resp = nullptr;
     if (r.stream) {
       auto* holder = new StreamHolder{r.stream};
@@ -78,6 +97,8 @@ struct HttpServer::Impl {
     }
     if (!resp) return MHD_NO;
     if (!r.content_type.empty()) m->MHD_add_response_header(resp, "Content-Type", r.content_type.c_str());
+    m->MHD_add_response_header(resp, "X-Request-Id", ex.req.request_id.c_str());
+    for (auto& [name, value] : r.headers) m->MHD_add_response_header(resp, name.c_str(), value.c_str());
     ex.status = r.status;
     MHD_Result ok = m->MHD_queue_response(c, static_cast<unsigned>(r.status), resp);
     m->MHD_destroy_response(resp);
@@ -97,6 +118,7 @@ struct HttpServer::Impl {
       ++open;
       ex->req.method = method;
       ex->req.path = url;
+      ex->req.request_id = new_request_id();
       if (ex->req.path.size() > kMaxPathBytes)
         return early(c, *ex, Error(Errc::invalid_argument, "the URL path is longer than 4 KiB"));
       const char* key = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
@@ -168,10 +190,14 @@ struct HttpServer::Impl {
     return queue(c, *ex, api.handle(ex->req));
   }
 
-  // Exec requests carry the command's stdin whole, so they may be larger than other JSON.
+  // Exec requests carry the command's stdin whole, and the platform's JSON
+  // file writes their content, so they may be larger than other JSON.
   static size_t body_limit(const std::string& path) {
-    bool exec = path == "/v1/run" || (path.size() > 5 && path.compare(path.size() - 5, 5, "/exec") == 0);
-    return exec ? size_t{64} << 20 : size_t{1} << 20;
+    auto ends = [&](std::string_view tail) {
+      return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    bool big = path == "/v1/run" || ends("/exec") || ends("/files");
+    return big ? size_t{64} << 20 : size_t{1} << 20;
   }
 
   void completed(void** state) {
@@ -179,12 +205,15 @@ struct HttpServer::Impl {
     if (!ex) return;
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ex->t0).count();
     if (opts.json_logs) {
-      std::fprintf(stderr, "{\"ts_ms\":%lld,\"method\":%s,\"path\":%s,\"status\":%d,\"duration_ms\":%.2f,\"key\":%s}\n",
+      std::fprintf(stderr,
+                   "{\"ts_ms\":%lld,\"method\":%s,\"path\":%s,\"status\":%d,\"duration_ms\":%.2f,\"key\":%s,"
+                   "\"request_id\":%s}\n",
                    static_cast<long long>(now_ms()), json_escape(ex->req.method).c_str(),
-                   json_escape(ex->req.path).c_str(), ex->status, ms, json_escape(ex->key_name).c_str());
+                   json_escape(ex->req.path).c_str(), ex->status, ms, json_escape(ex->key_name).c_str(),
+                   json_escape(ex->req.request_id).c_str());
     } else {
-      std::fprintf(stderr, "%s %s %d %.1fms key=%s\n", ex->req.method.c_str(), ex->req.path.c_str(), ex->status, ms,
-                   ex->key_name.c_str());
+      std::fprintf(stderr, "%s %s %d %.1fms key=%s request_id=%s\n", ex->req.method.c_str(), ex->req.path.c_str(),
+                   ex->status, ms, ex->key_name.c_str(), ex->req.request_id.c_str());
     }
     delete ex;
     *state = nullptr;

@@ -1,4 +1,4 @@
-#include "core/server/auth.hpp"
+#include "server/auth.hpp"
 
 
 #include <set>
@@ -11,13 +11,15 @@ Permission parse_permission(std::string_view name) {
   if (name == "sandboxes:read") return kRead;
   if (name == "sandboxes:write") return kWrite;
   if (name == "sandboxes:run") return kRun;
+  if (name == "sandboxes:admin") return kAdmin;
   throw Error(Errc::invalid_argument, "unknown permission '" + std::string(name) + "'")
-      .set_hint("permissions: sandboxes:read, sandboxes:write, sandboxes:run");
+      .set_hint("permissions: sandboxes:read, sandboxes:write, sandboxes:run, sandboxes:admin");
 }
 
 std::string permission_names(unsigned perms) {
   std::string out;
-  for (auto [bit, name] : {std::pair{kRead, "sandboxes:read"}, {kWrite, "sandboxes:write"}, {kRun, "sandboxes:run"}})
+  for (auto [bit, name] : {std::pair{kRead, "sandboxes:read"}, {kWrite, "sandboxes:write"}, {kRun, "sandboxes:run"},
+                                {kAdmin, "sandboxes:admin"}})
     if (perms & bit) out += (out.empty() ? "" : ",") + std::string(name);
   return out.empty() ? "none" : out;
 }

@@ -1,4 +1,4 @@
-#include "core/remote_index.hpp"
+#include "remote/index.hpp"
 
 #include <dirent.h>
 #include <unistd.h>

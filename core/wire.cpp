@@ -1,7 +1,6 @@
-#include "core/remote_backend.hpp"
+#include "core/wire.hpp"
 
 #include "core/error.hpp"
-#include "core/remote_wire.hpp"
 #include "core/units.hpp"
 
 namespace sbx {
@@ -131,6 +130,36 @@ std::string str_field(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+
+json error_json(const Error& e) {
+  json err{{"code", code_name(e.code())}, {"message", e.what()}};
+  if (!e.hint().empty()) err["hint"] = e.hint();
+  return err;
+}
+
+Error error_from_json(const json& err, Errc fallback, const std::string& fallback_message) {
+  std::string message = str_field(err, "message");
+  Error e(errc_named(str_field(err, "code")).value_or(fallback), message.empty() ? fallback_message : message);
+  if (std::string hint = str_field(err, "hint"); !hint.empty()) e.set_hint(hint);
+  return e;
+}
+
+Errc errc_for_http_status(long status) {
+  switch (status) {
+    case 400: return Errc::invalid_argument;
+    case 401: return Errc::unauthenticated;
+    case 403: return Errc::forbidden;
+    case 404: return Errc::not_found;
+    case 405: return Errc::invalid_argument;
+    case 409: return Errc::conflict;
+    case 413:
+    case 429: return Errc::limit_exceeded;
+    case 503: return Errc::unavailable;
+    case 504: return Errc::timeout;
+    default: return status >= 500 ? Errc::internal : Errc::protocol;
+  }
+}
+
 NdjsonExecParser::NdjsonExecParser(Sink on_stdout, Sink on_stderr)
     : on_stdout_(std::move(on_stdout)), on_stderr_(std::move(on_stderr)) {}
 
@@ -187,15 +216,8 @@ void NdjsonExecParser::line(std::string_view text) {
   emit("stdout", "stdout_b64", on_stdout_);
   emit("stderr", "stderr_b64", on_stderr_);
   // The manager ends a stream it cannot finish with the API's error shape.
-  if (auto er = j.find("error"); er != j.end() && er->is_object()) {
-    Errc code = Errc::internal;
-    std::string name = str_field(*er, "code");
-    for (int i = 0; i <= static_cast<int>(Errc::internal); ++i)
-      if (code_name(static_cast<Errc>(i)) == name) code = static_cast<Errc>(i);
-    Error e(code, str_field(*er, "message").empty() ? "the manager failed the exec" : str_field(*er, "message"));
-    if (!str_field(*er, "hint").empty()) e.set_hint(str_field(*er, "hint"));
-    throw e;
-  }
+  if (auto er = j.find("error"); er != j.end() && er->is_object())
+    throw error_from_json(*er, Errc::internal, "the manager failed the exec");
   auto ex = j.find("exit");
   if (ex != j.end()) {
     if (!ex->is_object()) throw Error(Errc::protocol, "the manager's exit line is not an object");
@@ -208,17 +230,5 @@ void NdjsonExecParser::line(std::string_view text) {
     done_ = true;
   }
 }
-
-bool StripRootSource::next(FileEntry& entry) {
-  if (!inner_.next(entry)) return false;
-  size_t slash = entry.path.find('/');
-  std::string first = entry.path.substr(0, slash);
-  if (!root_) root_ = first;
-  else if (first != *root_)
-    throw Error(Errc::protocol, "the manager's tar holds '" + entry.path + "' outside its root '" + *root_ + "'");
-  entry.path = slash == std::string::npos ? std::string() : entry.path.substr(slash + 1);
-  return true;
-}
-
 
 }  // namespace sbx

@@ -1,4 +1,4 @@
-#include "core/remote_probe.hpp"
+#include "remote/probe.hpp"
 
 #include <chrono>
 #include <cstdlib>

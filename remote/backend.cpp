@@ -1,4 +1,4 @@
-#include "core/remote_backend.hpp"
+#include "remote/backend.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,10 +16,9 @@
 #include "core/fd.hpp"
 #include "core/fsutil.hpp"
 #include "core/lazy_libs.hpp"
-#include "core/remote_http.hpp"
-#include "core/remote_wire.hpp"
-#include "core/remote_index.hpp"
 #include "core/units.hpp"
+#include "remote/http.hpp"
+#include "remote/index.hpp"
 
 namespace sbx {
 
@@ -56,27 +55,6 @@ bool tls_failure(CURLcode rc) {
   throw e;
 }
 
-std::optional<Errc> errc_named(std::string_view name) {
-  for (int i = 0; i <= static_cast<int>(Errc::internal); ++i)
-    if (code_name(static_cast<Errc>(i)) == name) return static_cast<Errc>(i);
-  return std::nullopt;
-}
-
-Errc errc_for_status(long status) {
-  switch (status) {
-    case 400: return Errc::invalid_argument;
-    case 401: return Errc::unauthenticated;
-    case 403: return Errc::forbidden;
-    case 404: return Errc::not_found;
-    case 409: return Errc::conflict;
-    case 413:
-    case 429: return Errc::limit_exceeded;
-    case 503: return Errc::unavailable;
-    case 504: return Errc::timeout;
-    default: return status >= 500 ? Errc::internal : Errc::protocol;
-  }
-}
-
 // The first line of a body, short enough for a message.
 std::string snippet(const std::string& body) {
   std::string s = body.substr(0, body.find('\n'));
@@ -88,13 +66,11 @@ std::string snippet(const std::string& body) {
 [[noreturn]] void throw_http(const Request& req, const Response& res) {
   json j = json::parse(res.body, nullptr, false);
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
-    const json& e = j["error"];
-    Errc code = errc_named(str_field(e, "code")).value_or(errc_for_status(res.status));
-    std::string message = str_field(e, "message");
-    Error err(code, message.empty() ? "manager " + req.shown + " answered HTTP " + std::to_string(res.status) : message);
-    std::string hint = str_field(e, "hint");
-    if (hint.empty() && code == Errc::unauthenticated) hint = "set ADMIN_API_KEY to the manager's key";
-    if (!hint.empty()) err.set_hint(hint);
+    Error err = error_from_json(j["error"], errc_for_http_status(res.status),
+                                "manager " + req.shown + " answered HTTP " + std::to_string(res.status));
+    if (err.hint().empty() && err.code() == Errc::unauthenticated) err.set_hint("set ADMIN_API_KEY to the manager's key");
+    // A refused key is this host's configuration to fix: say which manager refused it.
+    if (err.code() == Errc::unauthenticated || err.code() == Errc::forbidden) err.add_context("manager " + req.shown);
     throw err;
   }
   // The status alone is unambiguous for these, whoever (a proxy?) wrote the body.
@@ -180,10 +156,21 @@ int pending_signal(int fd) {
 // ---------------------------------------------------------------- RemoteBackend
 
 RemoteBackend::RemoteBackend(const Config& cfg, std::string url, std::string api_key)
-    : state_dir_(cfg.state_dir), url_(normalized_url(std::move(url))), api_key_(std::move(api_key)) {
+    : state_dir_(cfg.state_dir),
+      default_network_(cfg.default_network),
+      url_(normalized_url(std::move(url))),
+      api_key_(std::move(api_key)) {
   if (!http_url(url_))
     throw Error(Errc::invalid_argument, "manager URL '" + redact(url_) + "' is not an http:// or https:// URL")
         .set_hint("set SANDBOX_MANAGER_URL, e.g. http://manager:8000");
+}
+
+json RemoteBackend::spec_body(const SandboxSpec& spec) const {
+  json body = spec_request_json(spec);
+  // sbx's own defaults travel with the call, so `sbx create` is the same sandbox
+  // whichever backend runs it; the manager's default is for clients that say nothing.
+  if (!body.contains("network")) body["network"] = default_network_;
+  return body;
 }
 
 std::string RemoteBackend::sandbox_path(const std::string& id) const { return "/v1/sandboxes/" + url_escape(id); }
@@ -208,7 +195,7 @@ json RemoteBackend::call_json(const std::string& method, const std::string& path
 }
 
 SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
-  json body = spec_request_json(spec);
+  json body = spec_body(spec);
   json answer = call_json("POST", "/v1/sandboxes", &body);
   auto rec = as_seen_here(decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); }));
   try {
@@ -225,7 +212,10 @@ SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
   return rec;
 }
 
-ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
+namespace {
+
+// The exec fields of an exec or run request (reads stdin when it is open).
+json exec_body(const ExecRequest& req, ExecIO& io) {
   // JSON strings carry only UTF-8; checked before stdin is consumed.
   for (auto& a : req.argv)
     if (!valid_utf8(a)) throw Error(Errc::invalid_argument, "command arguments must be UTF-8 for a remote exec");
@@ -241,12 +231,17 @@ ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, Ex
     if (valid_utf8(data)) body["stdin"] = std::move(data);
     else body["stdin_b64"] = base64_encode(data);
   }
+  return body;
+}
 
+}  // namespace
+
+ExecResult RemoteBackend::stream_exec(const std::string& path, const json& body, ExecIO& io) {
   NdjsonExecParser parser(io.on_stdout, io.on_stderr);
   int sig = 0;
   Request r;
   r.method = "POST";
-  r.url = url_ + sandbox_path(id) + "/exec";
+  r.url = url_ + path;
   r.shown = redact(url_);
   r.api_key = api_key_;
   r.headers = {"Content-Type: application/json", "Accept: application/x-ndjson"};
@@ -270,9 +265,26 @@ ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, Ex
   return parser.result();
 }
 
+ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
+  return stream_exec(sandbox_path(id) + "/exec", exec_body(req, io), io);
+}
+
+OneShotResult RemoteBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
+  // /v1/run ties the sandbox to this request: a client killed mid-call leaves
+  // nothing on the manager, which create + exec + delete could not promise.
+  json body = exec_body(req, io);
+  body["sandbox"] = spec_body(spec);
+  OneShotResult out;
+  out.spec = spec;
+  out.exec = stream_exec("/v1/run", body, io);
+  return out;
+}
+
 std::vector<SandboxRecord> RemoteBackend::list() {
   json answer = call_json("GET", "/v1/sandboxes", nullptr);
-  auto recs = decode("a sandbox list", [&] { return answer.at("sandboxes").get<std::vector<SandboxRecord>>(); });
+  // A bare array (this API); {"sandboxes": [...]} from a manager of before the platform's contract.
+  const json& items = answer.is_object() && answer.contains("sandboxes") ? answer["sandboxes"] : answer;
+  auto recs = decode("a sandbox list", [&] { return items.get<std::vector<SandboxRecord>>(); });
   for (auto& r : recs) r = as_seen_here(std::move(r));
   return recs;
 }
@@ -448,8 +460,6 @@ std::optional<std::string> probe_health(const std::string& api_key, const std::s
     if (j.is_object()) return std::nullopt;
     return "HTTP 200 without a JSON body (is this an sbx manager?)";
   }
-  std::string prefix = "HTTP " + std::to_string(res.status) + ": ";
-  if (res.status == 401) return prefix + "the API key was refused";
   std::string text;
   if (j.is_object()) {
     if (j.contains("error") && j["error"].is_object()) text = str_field(j["error"], "message");
@@ -458,7 +468,18 @@ std::optional<std::string> probe_health(const std::string& api_key, const std::s
   } else {
     text = snippet(res.body);
   }
-  return prefix + (text.empty() ? "no details" : text);
+  std::string status = "HTTP " + std::to_string(res.status) + ": " + (text.empty() ? "no details" : text);
+  // A manager that refuses the key is up and says no: that is this host's
+  // configuration to fix, and falling back would run the code here instead.
+  if (res.status == 401)
+    throw Error(Errc::unauthenticated, "manager " + req.shown + " refused the API key (" + status + ")")
+        .set_hint("set ADMIN_API_KEY to a key the manager accepts; sbx does not fall back to local "
+                  "execution when the manager refuses the key");
+  if (res.status == 403)
+    throw Error(Errc::forbidden, "manager " + req.shown + " denied this API key (" + status + ")")
+        .set_hint("ask the manager's operator for a key it accepts; sbx does not fall back to local "
+                  "execution when the manager refuses the key");
+  return status;
 }
 
 }  // namespace
@@ -480,6 +501,17 @@ std::optional<std::string> check_manager_health(const Config& cfg, const std::st
     }
   }
   return reason;
+}
+
+bool StripRootSource::next(FileEntry& entry) {
+  if (!inner_.next(entry)) return false;
+  size_t slash = entry.path.find('/');
+  std::string first = entry.path.substr(0, slash);
+  if (!root_) root_ = first;
+  else if (first != *root_)
+    throw Error(Errc::protocol, "the manager's tar holds '" + entry.path + "' outside its root '" + *root_ + "'");
+  entry.path = slash == std::string::npos ? std::string() : entry.path.substr(slash + 1);
+  return true;
 }
 
 }  // namespace sbx

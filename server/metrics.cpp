@@ -1,4 +1,4 @@
-#include "core/server/metrics.hpp"
+#include "server/metrics.hpp"
 
 #include <fmt/format.h>
 

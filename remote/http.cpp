@@ -1,4 +1,4 @@
-#include "core/remote_http.hpp"
+#include "remote/http.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,0 +1,27 @@
+// What the API's route files (api.cpp, api_exec.cpp, api_files.cpp) share;
+// not for anyone else.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api.hpp"
+
+namespace sbx::server {
+
+/// The label holding the key that owns a sandbox (ownership survives a restart: it is in the record).
+inline constexpr const char* kOwnerLabel = "sbx.owner";
+/// The label holding the platform's `label` of a sandbox.
+inline constexpr const char* kPlatformLabel = "sbx.label";
+
+/// A JSON answer.
+HttpResponse json_response(int status, const nlohmann::json& j);
+/// The request's JSON object body ({} when empty); 400 for anything else.
+nlohmann::json parse_body(const HttpRequest& req);
+/// Output as `name` (text) or `name_b64` (bytes that are not UTF-8).
+void put_output(nlohmann::json& j, const char* name, const std::string& data);
+/// The ?`name`= value, or nullptr.
+const std::string* query(const HttpRequest& req, const char* name);
+
+}  // namespace sbx::server
