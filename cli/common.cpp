@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "backends/drivers.hpp"
@@ -19,6 +20,7 @@ void add_global_flags(CLI::App& app, Globals& g) {
 }
 
 void add_spec_flags(CLI::App* sub, SpecFlags& f) {
+  sub->add_option("--name", f.name, "a name to use instead of the id (unique; a-z, 0-9, _ . -)")->type_name("NAME");
   sub->add_option("--driver", f.driver, "driver: subprocess, runsc, microvm, deno, remote (default: fallback chain)")
       ->type_name("NAME");
   sub->add_option("--image", f.image, "directory root filesystem used as the read-only base")->type_name("DIR");
@@ -49,8 +51,21 @@ std::map<std::string, std::string> parse_key_values(const std::vector<std::strin
   return out;
 }
 
+namespace {
+// The record keeps idle timeouts and TTLs in seconds: cutting 1.5s to 1s (or
+// 500ms to 0, "never") would quietly change what was asked for.
+uint64_t whole_seconds(const std::string& text, const char* flag) {
+  uint64_t ms = with_context(flag, [&] { return parse_duration_ms(text); });
+  if (ms % 1000)
+    throw Error(Errc::usage, std::string(flag) + " " + text + " is not a whole number of seconds")
+        .set_hint("idle timeouts and TTLs count whole seconds, e.g. 2s, 90s, 10m");
+  return ms / 1000;
+}
+}  // namespace
+
 SandboxSpec spec_from_flags(const SpecFlags& f) {
   SandboxSpec s;
+  s.name = f.name;
   s.driver = f.driver;
   s.image = f.image;
   auto mib = [](const std::string& v, const char* flag) -> uint64_t {
@@ -74,9 +89,8 @@ SandboxSpec spec_from_flags(const SpecFlags& f) {
     }
   }
   s.network = f.network;
-  s.idle_timeout_s = f.idle_timeout.empty() ? kUseDefault
-                                            : with_context("--idle-timeout", [&] { return parse_duration_ms(f.idle_timeout); }) / 1000;
-  s.ttl_s = f.ttl.empty() ? kUseDefault : with_context("--ttl", [&] { return parse_duration_ms(f.ttl); }) / 1000;
+  s.idle_timeout_s = f.idle_timeout.empty() ? kUseDefault : whole_seconds(f.idle_timeout, "--idle-timeout");
+  s.ttl_s = f.ttl.empty() ? kUseDefault : whole_seconds(f.ttl, "--ttl");
   s.persistent = f.persistent;
   s.env = parse_key_values(f.env, "--env");
   s.labels = parse_key_values(f.labels, "--label");
@@ -109,21 +123,39 @@ std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver)
   return std::make_unique<LocalBackend>(cfg, builtin_drivers());
 }
 
-std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& id) {
+namespace {
+// The remembered remote sandbox whose id begins with prefix.
+std::optional<std::string> remote_with_prefix(const Config& cfg, const std::string& prefix) {
+  if (prefix.size() < 5) return std::nullopt;
+  std::vector<std::string> hits;
+  for (auto& [rid, url] : remote_sandboxes(cfg.state_dir))
+    if (rid.compare(0, prefix.size(), prefix) == 0) hits.push_back(rid);
+  if (hits.size() > 1)
+    throw Error(Errc::invalid_argument, "'" + prefix + "' matches more than one sandbox")
+        .set_hint("give more characters of the id");
+  return hits.empty() ? std::nullopt : std::optional<std::string>(hits.front());
+}
+}  // namespace
+
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& ref) {
   auto local = std::make_unique<LocalBackend>(cfg, builtin_drivers());
-  if (id.empty() || local->registry().find(id)) return local;
-  // An unambiguous prefix of a remembered remote id stands for that id, as locally.
-  if (!valid_sandbox_id(id) && id.size() >= 5) {
-    std::vector<std::string> hits;
-    for (auto& [rid, url] : remote_sandboxes(cfg.state_dir))
-      if (rid.compare(0, id.size(), id) == 0) hits.push_back(rid);
-    if (hits.size() > 1)
-      throw Error(Errc::invalid_argument, "'" + id + "' matches more than one sandbox").set_hint("give more characters of the id");
-    if (hits.size() == 1) id = hits.front();
-  }
+  if (ref.empty()) return local;
+  auto here = [&](const std::optional<SandboxRecord>& rec) { return rec ? (ref = rec->id, true) : false; };
+  auto there = [&](const std::optional<std::string>& id) { return id ? (ref = *id, true) : false; };
   // A sandbox remembers the manager that holds it, whatever the chain says today.
-  if (valid_sandbox_id(id))
-    if (auto url = remote_location(cfg.state_dir, id)) return std::make_unique<RemoteBackend>(cfg, *url, cfg.api_key);
+  auto remembered = [&] { return std::make_unique<RemoteBackend>(cfg, *remote_location(cfg.state_dir, ref), cfg.api_key); };
+  if (valid_sandbox_id(ref)) {
+    if (local->registry().find(ref)) return local;
+    if (remote_location(cfg.state_dir, ref)) return remembered();
+  } else {
+    // This host's sandboxes share one owner: those without an sbx.owner label.
+    if (valid_sandbox_name(ref)) {
+      if (here(find_named(local->registry(), ref, std::string()))) return local;
+      if (there(remote_named(cfg.state_dir, ref))) return remembered();
+    }
+    if (here(local->registry().find(ref))) return local;
+    if (there(remote_with_prefix(cfg, ref))) return remembered();
+  }
   if (cfg.use_remote && !cfg.manager_url.empty() && !check_manager_health(cfg, cfg.manager_url))
     return std::make_unique<RemoteBackend>(cfg, cfg.manager_url, cfg.api_key);
   return local;
@@ -139,6 +171,85 @@ std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg) {
       out.push_back(std::make_unique<RemoteBackend>(cfg, cfg.manager_url, cfg.api_key));
   }
   return out;
+}
+
+namespace {
+// Optimal string alignment distance: one wrong, missing, extra or swapped letter costs 1.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// "did you mean X?" when one candidate is a likely typo of word.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates, const std::string& help) {
+  size_t best = word.size() <= 5 ? 1 : 2;  // further off is another word, not a typo
+  std::string guess;
+  for (auto& c : candidates) {
+    size_t dist = edit_distance(word, c);
+    if (dist < best || (dist == best && guess.empty())) best = dist, guess = c;
+  }
+  return guess.empty() ? "see `" + help + " --help`" : "did you mean " + guess + "?";
+}
+
+const CLI::Option* option_named(const CLI::App& app, const std::string& name) {
+  try {
+    return app.get_option_no_throw(name);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+std::vector<std::string> long_flags(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (auto* o : app.get_options())
+    for (auto& l : o->get_lnames()) out.push_back("--" + l);
+  return out;
+}
+
+const CLI::App* subcommand_named(const CLI::App& app, const std::string& name) {
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (sub->get_name() == name) return sub;
+  return nullptr;
+}
+}  // namespace
+
+std::optional<Error> explain_unknown(const CLI::App& app, const std::vector<std::string>& args) {
+  const CLI::App* scope = &app;
+  std::string path = "sbx";
+  for (size_t i = 0; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& tok = args[i];
+    if (tok.size() > 1 && tok[0] == '-') {
+      std::string name = tok.substr(0, tok.find('='));
+      const CLI::Option* opt = option_named(*scope, name);
+      if (!opt) opt = option_named(app, name);  // global flags are taken everywhere
+      if (!opt && name.rfind("--", 0) == 0) {
+        auto flags = long_flags(*scope);
+        if (scope != &app) for (auto& f : long_flags(app)) flags.push_back(f);
+        return Error(Errc::usage, "unknown flag " + name + " for " + path).set_hint(did_you_mean(name, flags, path));
+      }
+      if (opt && opt->get_items_expected_min() > 0 && tok.find('=') == std::string::npos) ++i;
+      continue;
+    }
+    if (auto* sub = subcommand_named(*scope, tok)) {
+      scope = sub;
+      path += " " + tok;
+      continue;
+    }
+    // A word where a subcommand is wanted (sbx, sbx pool); elsewhere an operand, the subcommand's to judge.
+    std::vector<std::string> names;
+    for (const CLI::App* sub : scope->get_subcommands([](const CLI::App*) { return true; }))
+      names.push_back(sub->get_name());
+    if (!names.empty())
+      return Error(Errc::usage, "unknown subcommand '" + tok + "' of " + path).set_hint(did_you_mean(tok, names, path));
+  }
+  return std::nullopt;
 }
 
 void print_error(const Error& e) {

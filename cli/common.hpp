@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ struct Outcome {
 
 /// Flags describing a new sandbox (create, and exec --rm).
 struct SpecFlags {
-  std::string driver, image, memory, pids, cpus, disk, network, idle_timeout, ttl, workdir;
+  std::string name, driver, image, memory, pids, cpus, disk, network, idle_timeout, ttl, workdir;
   bool persistent = false;
   std::vector<std::string> env, labels;
   std::vector<std::string> allow;
@@ -47,11 +48,13 @@ Config load_config(const Globals& g, const std::string& driver_flag = "");
 /// The backend that runs new sandboxes under this configuration (walking the
 /// fallback chain), and the driver it chose.
 std::unique_ptr<Backend> backend_for_new(const Config& cfg, std::string& driver);
-/// The backend that holds sandbox `id`: this host's registry, else the manager
-/// the id was created on, else the configured manager when healthy. A prefix
-/// of a remembered remote id is replaced by the full id. A manager that
+/// The backend that holds sandbox `ref`, which is replaced by the sandbox's id.
+/// `ref` is an exact id, else a name, else an unambiguous id prefix; each is
+/// looked for in this host's registry, then among the remembered remote
+/// sandboxes (which reach the manager they were created on). Anything else
+/// goes to the configured manager when it is healthy, else stays local. A manager that
 /// refuses the key is an error here too (see check_manager_health).
-std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& id);
+std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& ref);
 /// This host's backend plus the configured manager when it is healthy (ls, gc,
 /// rm --all); an unhealthy one is skipped with a warning, one that refuses the key is an error.
 std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg);
@@ -62,6 +65,10 @@ void print_error(const Error& e);
 void warn(const std::string& message);
 /// Whether fd is a terminal (tables and progress only then).
 bool is_tty(int fd);
+
+/// For a CLI11 parse error of args (before they are reversed): an unknown
+/// subcommand or long flag, named, with "did you mean ...?" when one is close.
+std::optional<Error> explain_unknown(const CLI::App& app, const std::vector<std::string>& args);
 
 /// Cuts the command off an `sbx exec` argv (see cli/exec.cpp); returns what CLI11 should parse.
 std::vector<std::string> split_exec_command(const CLI::App& app, const std::vector<std::string>& args);

@@ -32,7 +32,7 @@ std::vector<Filter> parse_filters(const std::vector<std::string>& raw) {
   for (auto& [k, v] : parse_key_values(raw, "--filter")) {
     if (k != "driver" && k != "state" && k.rfind("label:", 0) != 0)
       throw Error(Errc::usage, "unknown filter '" + k + "'").set_hint("filters: driver=NAME, state=STATE, label:KEY=VALUE");
-    if (k == "state") parse_state(v);
+    if (k == "state") parse_state_filter(v);
     out.push_back({k, v});
   }
   return out;
@@ -69,13 +69,21 @@ void register_ls(CLI::App& app, Globals& g, Outcome& out) {
       for (auto& r : recs) std::printf("%s\n", r.id.c_str());
     } else {
       int64_t now = now_ms();
-      std::string table = fmt::format("{:<17} {:<11} {:<8} {:>6} {:>6} {:>7} {:>5} {:>5} {:>6}  {}\n", "ID", "DRIVER",
-                                      "STATE", "AGE", "IDLE", "MEMORY", "PIDS", "CPUS", "DISK", "LABELS");
+      size_t name_width = 4;  // "NAME"; names are up to 63 characters, most far shorter
+      for (auto& r : recs) name_width = std::max(name_width, r.spec.name.size());
+      std::string table = fmt::format("{:<17} {:<{}} {:<11} {:<8} {:>6} {:>6} {:>7} {:>5} {:>5} {:>6}  {}\n", "ID",
+                                      "NAME", name_width, "DRIVER", "STATE", "AGE", "IDLE", "MEMORY", "PIDS", "CPUS",
+                                      "DISK", "LABELS");
       for (auto& r : recs) {
         std::string labels;
         for (auto& [k, v] : r.spec.labels) labels += (labels.empty() ? "" : ",") + k + "=" + v;
-        auto since = [&](int64_t t) { return format_duration_ms(static_cast<uint64_t>(std::max<int64_t>(now - t, 1))); };
-        table += fmt::format("{:<17} {:<11} {:<8} {:>6} {:>6} {:>7} {:>5} {:>5} {:>6}  {}\n", r.id, r.spec.driver,
+        // Ages are approximate by nature: whole seconds once past one.
+        auto since = [&](int64_t t) {
+          auto ms = static_cast<uint64_t>(std::max<int64_t>(now - t, 1));
+          return format_duration_ms(ms < 1000 ? ms : ms / 1000 * 1000);
+        };
+        table += fmt::format("{:<17} {:<{}} {:<11} {:<8} {:>6} {:>6} {:>7} {:>5} {:>5} {:>6}  {}\n", r.id,
+                             r.spec.name.empty() ? "-" : r.spec.name, name_width, r.spec.driver,
                              state_name(r.state), since(r.created_ms),
                              since(std::max(r.last_active_ms, r.created_ms)),
                              format_size(r.spec.limits.memory_mb << 20), r.spec.limits.pids,

@@ -1,6 +1,5 @@
 // sbx: run untrusted code in sandboxes. This file only wires the subcommands
 // together and turns an error into one stderr line and an exit status.
-#include <algorithm>
 #include <cstdio>
 
 #include "cli/common.hpp"
@@ -23,14 +22,19 @@ int main(int argc, char** argv) {
   register_doctor(app, globals, outcome);
   register_serve(app, globals, outcome);
   register_pool(app, globals, outcome);
+  std::vector<std::string> args;
   try {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    args = split_exec_command(app, args);
+    args = split_exec_command(app, std::vector<std::string>(argv + 1, argv + argc));
     // CLI11 takes the arguments reversed when given a vector.
-    std::reverse(args.begin(), args.end());
-    app.parse(args);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
+    // CLI11 says "argument not expected" for a mistyped subcommand or flag; say which, and what was meant.
+    if (auto unknown = explain_unknown(app, args)) {
+      print_error(*unknown);
+      return 2;
+    }
     std::fprintf(stderr, "sbx: error: %s\n", e.what());
     std::fprintf(stderr, "sbx: hint: see `sbx --help` or `sbx SUBCOMMAND --help`\n");
     return 2;

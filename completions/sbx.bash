@@ -7,7 +7,7 @@ _sbx_drivers="subprocess runsc microvm deno remote"
 _sbx_networks="none jail"
 _sbx_log_formats="plain json"
 _sbx_global_opts="--config --state-dir -h --help"
-_sbx_create_opts="--driver --image --memory --pids --cpus --disk --network
+_sbx_create_opts="--name --driver --image --memory --pids --cpus --disk --network
     --idle-timeout --ttl --persistent -e --env -l --label -w --workdir --allow"
 
 # Ids of existing sandboxes; honours --config/--state-dir already on the line.
@@ -58,7 +58,7 @@ _sbx()
         case $w in
             --) dashdash=1 ;;
             --rm) rm_flag=1 ;;
-            --driver | --image | --memory | --pids | --cpus | --disk | \
+            --name | --driver | --image | --memory | --pids | --cpus | --disk | \
             --network | --idle-timeout | --ttl | -e | --env | -l | --label | \
             -w | --workdir | --timeout | --max-size | --filter | --listen | \
             --tls-cert | --tls-key | --log-format | --api-key-file | --allow)
@@ -99,7 +99,7 @@ _sbx()
                 return
             fi
             ;;
-        --memory | --disk | --max-size | --pids | --cpus | --idle-timeout | \
+        --name | --memory | --disk | --max-size | --pids | --cpus | --idle-timeout | \
         --ttl | --timeout | -e | --env | -l | --label | -w | --workdir | --listen | --allow)
             return ;;
         -f | --filter)

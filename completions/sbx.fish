@@ -40,7 +40,7 @@ function __sbx_args
             continue
         end
         switch $t
-            case --config --state-dir --driver --image --memory --pids --cpus --disk --network \
+            case --config --state-dir --name --driver --image --memory --pids --cpus --disk --network \
                 --idle-timeout --ttl -e --env -l --label -w --workdir --timeout --max-size --filter \
                 --listen --tls-cert --tls-key --log-format --api-key-file --allow
                 set skip 1
@@ -112,6 +112,7 @@ set -l c '__fish_seen_subcommand_from create exec'
 complete -c sbx -n $c -l driver -x -a '(__sbx_drivers)' -d 'Driver'
 complete -c sbx -n $c -l image -x -a '(__fish_complete_directories)' -d 'Root filesystem directory (read-only base)'
 complete -c sbx -n $c -l memory -x -d 'Memory cap, e.g. 256M (default 512M)'
+complete -c sbx -n $c -l name -x -d 'A name to use instead of the id (unique)'
 complete -c sbx -n $c -l pids -x -d 'Maximum number of processes (default 256)'
 complete -c sbx -n $c -l cpus -x -d 'CPU cap in cores (default 1)'
 complete -c sbx -n $c -l disk -x -d 'Size cap of the writable layer (default 1G)'

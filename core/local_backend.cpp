@@ -10,6 +10,8 @@
 #include <set>
 #include <thread>
 
+#include <fmt/core.h>
+
 #include "core/error.hpp"
 #include "core/netaddr.hpp"
 #include "core/pinned_pid.hpp"
@@ -26,6 +28,16 @@ constexpr int64_t kStrayGraceMs = 120'000;
 bool valid_env_key(const std::string& k) {
   if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) return false;
   return true;
+}
+
+// A cap above the host's cores is no cap at all and says the caller expects
+// a machine this is not; refused with the count, alike from the CLI and the API.
+void check_cpus_fit_host(double cpus) {
+  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores <= 0 || cpus <= static_cast<double>(cores)) return;
+  throw Error(Errc::invalid_argument, fmt::format("--cpus {:g} is more than this host's {} core{}", cpus, cores,
+                                                  cores == 1 ? "" : "s"))
+      .set_hint(fmt::format("ask for at most {} (limits.cpus in the API)", cores));
 }
 }  // namespace
 
@@ -52,6 +64,7 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
   if (l.memory_mb < 16) throw Error(Errc::invalid_argument, "memory limit below 16M cannot start a sandbox");
   if (l.pids < 8) throw Error(Errc::invalid_argument, "pids limit below 8 cannot start a sandbox");
   if (l.cpus < 0.01) throw Error(Errc::invalid_argument, "cpus must be at least 0.01");
+  check_cpus_fit_host(l.cpus);
   if (l.disk_mb < 1) throw Error(Errc::invalid_argument, "disk limit must be at least 1M");
   if (spec.idle_timeout_s == kUseDefault) spec.idle_timeout_s = cfg.default_idle_timeout_s;
   if (spec.ttl_s == kUseDefault) spec.ttl_s = cfg.default_ttl_s;
@@ -75,6 +88,7 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
   }
   for (auto& [k, v] : spec.env)
     if (!valid_env_key(k)) throw Error(Errc::invalid_argument, "invalid environment variable name '" + k + "'");
+  if (!spec.name.empty()) check_sandbox_name(spec.name);
   return spec;
 }
 
@@ -232,6 +246,10 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
   }
   registry_.touch(rec.id);
   if (res.signal == SIGKILL && !res.timed_out && driver->oom_kills(rec) > oom_before) res.oom_killed = true;
+  // One rule for every driver, the CLI and both API styles: a command its
+  // timeout killed ends with 124, as timeout(1) and `sbx exec --timeout` do.
+  // The agents report the kill (137); `signal` keeps saying it was SIGKILL.
+  if (res.timed_out) res.exit_code = exit_status(Errc::timeout);
   return res;
 }
 

@@ -112,6 +112,8 @@ void Pool::destroy_locked(const SandboxRecord& rec, Driver& driver) {
 std::optional<SandboxRecord> Pool::claim(const SandboxSpec& want, Driver& driver) {
   // No pool configured: not even a registry listing on the cold path.
   if (size_of(want.driver) == 0) return std::nullopt;
+  // A taken name is refused before a pooled sandbox is changed for nothing.
+  registry_.check_name_free(want);
   for (auto& listed : registry_.list()) {
     if (listed.state != SandboxState::pooled || pool_fit(want, listed.spec) == PoolFit::none) continue;
     // Non-blocking: another claimer (or gc) holds it; the next one will do.
@@ -138,11 +140,22 @@ std::optional<SandboxRecord> Pool::claim(const SandboxSpec& want, Driver& driver
       destroy_locked(rec, driver);
       return std::nullopt;
     }
-    rec.spec = want;
+    rec.spec = want;  // the caller's name too
     rec.state = SandboxState::running;
     rec.from_pool = true;
     rec.created_ms = now_ms();  // age and TTL count from the caller's create
-    registry_.save(rec);
+    if (want.name.empty()) {
+      registry_.save(rec);
+    } else {
+      try {
+        registry_.save_named(rec);
+      } catch (const Error&) {
+        // A concurrent create took the name since the check above; this
+        // sandbox may wear the caller's caps already, so the pool cannot keep it.
+        destroy_locked(rec, driver);
+        throw;
+      }
+    }
     registry_.touch(rec.id);
     return rec;
   }

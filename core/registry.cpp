@@ -19,6 +19,34 @@ namespace {
 constexpr uint32_t kIdsPerSandbox = 65536;
 constexpr const char* kRecord = "record.json";
 constexpr const char* kActivity = "activity";
+constexpr const char* kRootLock = "registry.lock";
+
+// A sandbox keeps its name from its creation (state creating, so a concurrent
+// create sees it) until it is removed, dead or not.
+void check_name_among(const std::vector<SandboxRecord>& recs, const SandboxSpec& spec, const std::string& self) {
+  if (spec.name.empty()) return;
+  std::string owner = sandbox_owner(spec);
+  for (auto& r : recs) {
+    if (r.id == self || r.spec.name != spec.name || sandbox_owner(r.spec) != owner) continue;
+    throw Error(Errc::already_exists, "a sandbox named '" + spec.name + "' already exists")
+        .set_hint("sandbox " + r.id + " (" + std::string(state_name(r.state)) +
+                  ") holds the name; choose another, or remove it with `sbx rm " + r.id + "`");
+  }
+}
+
+bool id_has_prefix(const std::string& id, const std::string& prefix) {
+  return prefix.size() >= 5 && prefix.size() < id.size() && id.compare(0, prefix.size(), prefix) == 0;
+}
+
+[[noreturn]] void throw_missing(const std::string& ref) {
+  throw Error(Errc::not_found, "sandbox " + ref.substr(0, 80) + " does not exist")
+      .set_hint("`sbx ls` lists the sandboxes, with their names");
+}
+
+[[noreturn]] void throw_ambiguous(const std::string& ref, bool by_name) {
+  throw Error(Errc::invalid_argument, "'" + ref + "' " + (by_name ? "names" : "matches") + " more than one sandbox")
+      .set_hint(by_name ? "use the sandbox's id (`sbx ls` shows it)" : "give more characters of the id");
+}
 }  // namespace
 
 Registry::Registry(std::string root, uint32_t uid_base)
@@ -36,9 +64,11 @@ Registry::Registry(std::string root, uint32_t uid_base)
 std::string Registry::dir(const std::string& id) const { return sandboxes_ + "/" + id; }
 
 SandboxRecord Registry::create(const SandboxSpec& spec) {
-  Fd guard = lock_file(root_ + "/registry.lock");
+  Fd guard = lock_file(root_ + "/" + kRootLock);
+  auto recs = list();
+  check_name_among(recs, spec, "");
   std::set<uint32_t> used;
-  for (auto& r : list()) used.insert(r.slot);
+  for (auto& r : recs) used.insert(r.slot);
   // Half-created sandboxes without a record still own their slot's directory
   // name only, not a slot, so they cannot collide.
   uint32_t slot = 0;
@@ -71,6 +101,16 @@ void Registry::save(const SandboxRecord& rec) {
   write_file_atomic(dir(rec.id) + "/" + kRecord, j.dump(2) + "\n", 0600, Durability::survive_process);
 }
 
+void Registry::save_named(const SandboxRecord& rec) {
+  Fd guard = lock_file(root_ + "/" + kRootLock);
+  check_name_among(list(), rec.spec, rec.id);
+  save(rec);
+}
+
+void Registry::check_name_free(const SandboxSpec& spec) const {
+  if (!spec.name.empty()) check_name_among(list(), spec, "");
+}
+
 std::optional<SandboxRecord> Registry::find(const std::string& id_or_prefix) const {
   auto load = [&](const std::string& id) -> std::optional<SandboxRecord> {
     auto text = read_file_if_exists(dir(id) + "/" + kRecord);
@@ -95,8 +135,7 @@ std::optional<SandboxRecord> Registry::find(const std::string& id_or_prefix) con
       if (!valid_sandbox_id(name) || name.compare(0, id_or_prefix.size(), id_or_prefix) != 0) continue;
       if (match) {
         ::closedir(d);
-        throw Error(Errc::invalid_argument, "'" + id_or_prefix + "' matches more than one sandbox")
-            .set_hint("give more characters of the id");
+        throw_ambiguous(id_or_prefix, false);
       }
       match = name;
     }
@@ -107,8 +146,7 @@ std::optional<SandboxRecord> Registry::find(const std::string& id_or_prefix) con
 
 SandboxRecord Registry::get(const std::string& id_or_prefix) const {
   auto r = find(id_or_prefix);
-  if (!r)
-    throw Error(Errc::not_found, "sandbox " + id_or_prefix + " does not exist").set_hint("`sbx ls` lists the sandboxes");
+  if (!r) throw_missing(id_or_prefix);
   return *r;
 }
 
@@ -162,6 +200,64 @@ int64_t Registry::last_active_ms(const std::string& id) const {
   struct stat st {};
   if (::stat((dir(id) + "/" + kActivity).c_str(), &st) != 0) return 0;
   return int64_t{st.st_mtim.tv_sec} * 1000 + st.st_mtim.tv_nsec / 1'000'000;
+}
+
+namespace {
+// The one record of recs that fits; a second one makes `ref` ambiguous.
+template <class Fits>
+std::optional<SandboxRecord> only_one(const std::vector<SandboxRecord>& recs, const std::string& ref, bool by_name,
+                                      Fits fits) {
+  const SandboxRecord* hit = nullptr;
+  for (auto& r : recs) {
+    if (!fits(r)) continue;
+    if (hit) throw_ambiguous(ref, by_name);
+    hit = &r;
+  }
+  return hit ? std::optional<SandboxRecord>(*hit) : std::nullopt;
+}
+
+std::optional<SandboxRecord> named_among(const std::vector<SandboxRecord>& recs, const std::string& name,
+                                         const std::optional<std::string>& owner) {
+  return only_one(recs, name, true, [&](const SandboxRecord& r) {
+    return r.spec.name == name && (!owner || sandbox_owner(r.spec) == *owner);
+  });
+}
+}  // namespace
+
+std::optional<SandboxRecord> find_sandbox(const std::vector<SandboxRecord>& recs, const std::string& ref,
+                                          const std::optional<std::string>& owner) {
+  for (auto& r : recs)
+    if (r.id == ref) return r;
+  // An id-shaped word is never a name, and a name is tried before a prefix.
+  if (valid_sandbox_name(ref))
+    if (auto hit = named_among(recs, ref, owner)) return hit;
+  return only_one(recs, ref, false, [&](const SandboxRecord& r) { return id_has_prefix(r.id, ref); });
+}
+
+std::optional<SandboxRecord> find_named(const Registry& reg, const std::string& name,
+                                        const std::optional<std::string>& owner) {
+  if (!valid_sandbox_name(name)) return std::nullopt;
+  return named_among(reg.list(), name, owner);
+}
+
+std::optional<SandboxRecord> find_sandbox(const Registry& reg, const std::string& ref,
+                                          const std::optional<std::string>& owner) {
+  if (valid_sandbox_id(ref)) return reg.find(ref);
+  if (auto hit = find_named(reg, ref, owner)) return hit;
+  return reg.find(ref);  // a prefix, matched against the directory names
+}
+
+SandboxRecord resolve_sandbox(const std::vector<SandboxRecord>& recs, const std::string& ref,
+                              const std::optional<std::string>& owner) {
+  auto r = find_sandbox(recs, ref, owner);
+  if (!r) throw_missing(ref);
+  return *r;
+}
+
+SandboxRecord resolve_sandbox(const Registry& reg, const std::string& ref, const std::optional<std::string>& owner) {
+  auto r = find_sandbox(reg, ref, owner);
+  if (!r) throw_missing(ref);
+  return *r;
 }
 
 }  // namespace sbx

@@ -23,10 +23,17 @@ class Registry {
   std::string dir(const std::string& id) const;
 
   /// Allocates a new id and uid range, creates its directory and saves the
-  /// record in state "creating". Safe against concurrent creators.
+  /// record in state "creating". Safe against concurrent creators, who also
+  /// never get the same name: a name its owner already uses throws already_exists.
   SandboxRecord create(const SandboxSpec& spec);
   /// Saves a record atomically (readers see the old or the new one).
   void save(const SandboxRecord& rec);
+  /// Saves a record that now carries a name (a pool claim), after checking
+  /// under the same lock as create that no other sandbox of its owner has it.
+  void save_named(const SandboxRecord& rec);
+  /// Throws already_exists when another sandbox of spec's owner has spec's name
+  /// (no lock: a quick refusal before work that create or save_named would redo).
+  void check_name_free(const SandboxSpec& spec) const;
   /// The record of id, or nullopt. An id prefix that names exactly one sandbox also works.
   std::optional<SandboxRecord> find(const std::string& id_or_prefix) const;
   /// Like find, but throws not_found with a hint.
@@ -53,5 +60,24 @@ class Registry {
   std::string sandboxes_;
   uint32_t uid_base_;
 };
+
+/// Finds what a user's word `ref` means among `recs`: the sandbox with that
+/// exact id, else the one of that name among the sandboxes of `owner` (the
+/// sbx.owner label's value, "" for sandboxes without one; nullopt: every
+/// owner's, as an admin sees them), else the one whose id begins with `ref`
+/// (5 or more characters). nullopt when none; invalid_argument when a name or
+/// prefix fits several. Pass only the records the caller may see.
+std::optional<SandboxRecord> find_sandbox(const std::vector<SandboxRecord>& recs, const std::string& ref,
+                                          const std::optional<std::string>& owner);
+/// The same on this host's registry (an exact id is found without listing it).
+std::optional<SandboxRecord> find_sandbox(const Registry& reg, const std::string& ref,
+                                          const std::optional<std::string>& owner);
+/// The sandbox called `name` in this host's registry, among those of `owner` as in find_sandbox.
+std::optional<SandboxRecord> find_named(const Registry& reg, const std::string& name,
+                                        const std::optional<std::string>& owner);
+/// Like find_sandbox, but throws not_found with a hint.
+SandboxRecord resolve_sandbox(const std::vector<SandboxRecord>& recs, const std::string& ref,
+                              const std::optional<std::string>& owner);
+SandboxRecord resolve_sandbox(const Registry& reg, const std::string& ref, const std::optional<std::string>& owner);
 
 }  // namespace sbx

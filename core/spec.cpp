@@ -72,7 +72,7 @@ void from_json(const json& j, Limits& l) {
 }
 
 void to_json(json& j, const SandboxSpec& s) {
-  j = json{{"driver", s.driver},           {"image", s.image},
+  j = json{{"name", s.name},               {"driver", s.driver},           {"image", s.image},
            {"limits", s.limits},           {"network", s.network},
            {"idle_timeout_s", s.idle_timeout_s}, {"ttl_s", s.ttl_s},
            {"persistent", s.persistent},   {"env", s.env},
@@ -80,9 +80,10 @@ void to_json(json& j, const SandboxSpec& s) {
            {"allow", s.allow}};
 }
 void from_json(const json& j, SandboxSpec& s) {
-  reject_unknown_fields(j, {"driver", "image", "limits", "network", "idle_timeout_s", "ttl_s", "persistent",
+  reject_unknown_fields(j, {"name", "driver", "image", "limits", "network", "idle_timeout_s", "ttl_s", "persistent",
                             "env", "labels", "workdir", "allow"},
                         "sandbox spec");
+  opt(j, "name", s.name);  // absent from records written before names existed
   opt(j, "driver", s.driver);
   opt(j, "image", s.image);
   if (j.contains("limits") && !j["limits"].is_null()) s.limits = j["limits"].get<Limits>();
@@ -178,6 +179,38 @@ bool valid_sandbox_id(std::string_view s) {
   for (char c : s.substr(4))
     if (!((c >= 'a' && c <= 'z') || (c >= '2' && c <= '7'))) return false;
   return true;
+}
+
+bool valid_sandbox_name(std::string_view s) {
+  if (s.empty() || s.size() > 63 || valid_sandbox_id(s)) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(s.front())) return false;
+  for (char c : s)
+    if (!alnum(c) && c != '_' && c != '.' && c != '-') return false;
+  return true;
+}
+
+void check_sandbox_name(const std::string& name) {
+  if (valid_sandbox_name(name)) return;
+  std::string shown = name.size() > 80 ? name.substr(0, 77) + "..." : name;
+  throw Error(Errc::invalid_argument, "invalid sandbox name '" + shown + "'")
+      .set_hint(valid_sandbox_id(name) ? "a name cannot have the form of a sandbox id (sbx_ and 12 characters)"
+                                       : "a name is 1-63 characters of a-z, 0-9, '_', '.' and '-', "
+                                         "starting with a letter or digit");
+}
+
+std::string sandbox_owner(const SandboxSpec& spec) {
+  auto it = spec.labels.find(kOwnerLabel);
+  return it == spec.labels.end() ? std::string() : it->second;
+}
+
+SandboxState parse_state_filter(std::string_view value) {
+  try {
+    return parse_state(value);
+  } catch (Error& e) {
+    e.add_context("the filter state=" + std::string(value).substr(0, 64));
+    throw;
+  }
 }
 
 }  // namespace sbx

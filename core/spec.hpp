@@ -25,8 +25,13 @@ struct Limits {
 /// For idle_timeout_s and ttl_s: not given, take the configured default.
 inline constexpr uint64_t kUseDefault = UINT64_MAX;
 
+/// The label naming the owner of a sandbox (the manager sets it to the API key's
+/// name); a sandbox's name is unique among the sandboxes of one owner.
+inline constexpr const char* kOwnerLabel = "sbx.owner";
+
 /// The caller's request for a new sandbox.
 struct SandboxSpec {
+  std::string name;                         ///< a name usable instead of the id, unique per owner; empty = none
   std::string driver;                       ///< resolved driver name
   std::string image;                        ///< directory used as read-only base; empty = host view
   Limits limits;
@@ -81,7 +86,7 @@ struct ExecRequest {
 
 /// How a command ended.
 struct ExecResult {
-  int exit_code = 0;          ///< the command's status; 128+N when killed by signal N
+  int exit_code = 0;          ///< the command's status; 128+N when killed by signal N; 124 when timed out
   int signal = 0;             ///< the killing signal, or 0
   bool timed_out = false;
   bool oom_killed = false;
@@ -112,5 +117,15 @@ int64_t now_ms();
 std::string new_sandbox_id();
 /// Whether s has the shape of a sandbox id (no path tricks possible).
 bool valid_sandbox_id(std::string_view s);
+/// Whether s can name a sandbox: 1-63 of [a-z0-9_.-], starting with a letter
+/// or digit, and never of an id's shape (so an id and a name never collide).
+bool valid_sandbox_name(std::string_view s);
+/// Throws invalid_argument, with the rule as the hint, unless valid_sandbox_name(name).
+void check_sandbox_name(const std::string& name);
+/// The owner a sandbox's name is unique within: its sbx.owner label, "" without one.
+std::string sandbox_owner(const SandboxSpec& spec);
+/// The state a `state=` filter (`sbx ls -f`, the API's ?state=) asks for; throws
+/// invalid_argument naming the value and listing the states, the same for both.
+SandboxState parse_state_filter(std::string_view value);
 
 }  // namespace sbx

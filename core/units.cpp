@@ -99,6 +99,20 @@ std::string format_size(uint64_t bytes) {
   return std::to_string(static_cast<uint64_t>(v)) + units[i];
 }
 
+namespace {
+// "1.5s", "1.25s", "30s": a timeout of 1.5s must not be reported as 1s, so
+// below the minutes the milliseconds are kept (trailing zeros dropped).
+std::string seconds_text(uint64_t s, uint64_t ms) {
+  std::string out = std::to_string(s);
+  if (ms) {
+    std::string frac = std::to_string(ms + 1000).substr(1);
+    while (frac.back() == '0') frac.pop_back();
+    out += "." + frac;
+  }
+  return out + "s";
+}
+}  // namespace
+
 std::string format_duration_ms(uint64_t ms) {
   if (ms == 0) return "-";
   if (ms < 1000) return std::to_string(ms) + "ms";
@@ -119,10 +133,10 @@ std::string format_duration_ms(uint64_t ms) {
   if (s >= 60) {
     out += std::to_string(s / 60) + "m";
     s %= 60;
-    if (s) out += std::to_string(s) + "s";
+    if (s || ms % 1000) out += seconds_text(s, ms % 1000);
     return out;
   }
-  return std::to_string(s) + "s";
+  return seconds_text(s, ms % 1000);
 }
 
 }  // namespace sbx

@@ -100,6 +100,7 @@ bool valid_utf8(std::string_view s) {
 
 json spec_request_json(const SandboxSpec& spec) {
   json j = json::object();
+  if (!spec.name.empty()) j["name"] = spec.name;
   if (!spec.driver.empty() && spec.driver != "remote") j["driver"] = spec.driver;
   if (!spec.image.empty()) j["image"] = spec.image;
   json limits = json::object();

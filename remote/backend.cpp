@@ -199,7 +199,7 @@ SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
   json answer = call_json("POST", "/v1/sandboxes", &body);
   auto rec = as_seen_here(decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); }));
   try {
-    remember_remote(state_dir_, rec.id, url_);
+    remember_remote(state_dir_, rec.id, url_, rec.spec.name);
   } catch (Error& e) {
     // An unremembered sandbox could not be reached by id again: do not leave it running.
     try {

@@ -22,14 +22,32 @@ std::optional<std::string> entry_path(const std::string& state_dir, const std::s
   return index_dir(state_dir) + "/" + id;
 }
 
+// Names are kept apart from the id entries, as names/<name> holding the id;
+// a valid name is a safe file name.
+std::optional<std::string> name_path(const std::string& state_dir, const std::string& name) {
+  if (!valid_sandbox_name(name)) return std::nullopt;
+  return index_dir(state_dir) + "/names/" + name;
+}
+
 std::string trimmed(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   return s;
 }
 
+// The one line an index file holds, or nullopt when there is none.
+std::optional<std::string> entry_text(const std::optional<std::string>& path) {
+  if (!path) return std::nullopt;
+  auto text = read_file_if_exists(*path);
+  if (!text) return std::nullopt;
+  std::string line = trimmed(*text);
+  if (line.empty()) return std::nullopt;
+  return line;
+}
+
 }  // namespace
 
-void remember_remote(const std::string& state_dir, const std::string& id, const std::string& url) {
+void remember_remote(const std::string& state_dir, const std::string& id, const std::string& url,
+                     const std::string& name) {
   auto path = entry_path(state_dir, id);
   if (!path) throw Error(Errc::invalid_argument, "'" + id + "' is not a sandbox id");
   if (url.empty() || url.find('\n') != std::string::npos)
@@ -37,16 +55,22 @@ void remember_remote(const std::string& state_dir, const std::string& id, const 
   make_dirs(index_dir(state_dir), 0755);
   // A lost index entry only strands the sandbox until its idle timeout, so no fsync.
   write_file_atomic(*path, url + "\n", 0644, Durability::survive_process);
+  if (name.empty()) return;
+  auto named = name_path(state_dir, name);
+  if (!named) throw Error(Errc::invalid_argument, "cannot remember sandbox " + id + ": bad name");
+  make_dirs(index_dir(state_dir) + "/names", 0755);
+  write_file_atomic(*named, id + "\n", 0644, Durability::survive_process);
+}
+
+std::optional<std::string> remote_named(const std::string& state_dir, const std::string& name) {
+  auto id = entry_text(name_path(state_dir, name));
+  // A forgotten sandbox (removed) no longer answers to its name.
+  if (!id || !remote_location(state_dir, *id)) return std::nullopt;
+  return id;
 }
 
 std::optional<std::string> remote_location(const std::string& state_dir, const std::string& id) {
-  auto path = entry_path(state_dir, id);
-  if (!path) return std::nullopt;
-  auto text = read_file_if_exists(*path);
-  if (!text) return std::nullopt;
-  std::string url = trimmed(*text);
-  if (url.empty()) return std::nullopt;
-  return url;
+  return entry_text(entry_path(state_dir, id));
 }
 
 void forget_remote(const std::string& state_dir, const std::string& id) {

@@ -589,3 +589,23 @@ TEST_CASE("remote: stat, put and get_files speak tar with the manager", "[remote
     CHECK(error_of([&] { be.get_files(kId, "/work/up", sink, 2); }).code() == Errc::limit_exceeded);
   }
 }
+
+TEST_CASE("remote: a name travels in the create body and is remembered beside the id", "[remote][names]") {
+  sbx::SandboxSpec spec;
+  spec.name = "web";
+  json j = sbx::spec_request_json(spec);
+  CHECK(j.at("name") == "web");
+  CHECK(j.get<sbx::SandboxSpec>().name == "web");
+
+  TempDir dir("remote");
+  CHECK_FALSE(sbx::remote_named(dir.path, "web"));
+  sbx::remember_remote(dir.path, kId, "https://m:8000", "web");
+  CHECK(sbx::remote_named(dir.path, "web") == std::optional<std::string>(kId));
+  CHECK(sbx::remote_sandboxes(dir.path).size() == 1);  // names are no entries of their own
+  // The latest sandbox created with the name keeps it; a forgotten one answers to it no more.
+  sbx::remember_remote(dir.path, "sbx_222222222222", "https://m:8000", "web");
+  CHECK(sbx::remote_named(dir.path, "web") == std::optional<std::string>("sbx_222222222222"));
+  sbx::forget_remote(dir.path, "sbx_222222222222");
+  CHECK_FALSE(sbx::remote_named(dir.path, "web"));
+  CHECK_FALSE(sbx::remote_named(dir.path, "../remote"));
+}

@@ -153,10 +153,15 @@ TEST_CASE("units: format_duration_ms", "[units]") {
       {500, "500ms"},
       {999, "999ms"},
       {1000, "1s"},
-      {1500, "1s"},
+      {1500, "1.5s"},
+      {1250, "1.25s"},
+      {1001, "1.001s"},
       {59'000, "59s"},
       {60'000, "1m"},
+      {60'500, "1m0.5s"},
       {90'000, "1m30s"},
+      {90'500, "1m30.5s"},
+      {3'600'500, "1h"},
       {3'600'000, "1h"},
       {5'400'000, "1h30m"},
       {3'661'000, "1h1m"},
@@ -169,7 +174,8 @@ TEST_CASE("units: format_duration_ms", "[units]") {
 }
 
 TEST_CASE("units: format_duration_ms output parses back for exact values", "[units]") {
-  for (uint64_t v : {uint64_t{250}, uint64_t{1000}, uint64_t{45'000}, uint64_t{90'000}, uint64_t{5'400'000},
+  for (uint64_t v : {uint64_t{250}, uint64_t{1000}, uint64_t{1500}, uint64_t{45'000}, uint64_t{90'000},
+                     uint64_t{90'250}, uint64_t{5'400'000},
                      uint64_t{86'400'000}, uint64_t{90'000'000}}) {
     CAPTURE(v);
     CHECK(sbx::parse_duration_ms(sbx::format_duration_ms(v)) == v);

@@ -1,0 +1,65 @@
+"""Bad input is answered alike everywhere: a CPU cap beyond the host's cores
+(CLI and API, from core's spec validation), an unknown state filter, durations
+kept exactly as given, and a mistyped subcommand or flag named with "did you
+mean ...?" (exit 2).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from manager_fixtures import manager, manager_root, module_managers  # noqa: F401
+
+CORES = os.sysconf("SC_NPROCESSORS_ONLN")
+TOO_MANY = CORES * 4 + 1
+
+
+def cores_text() -> str:
+    return f"{CORES} core" + ("" if CORES == 1 else "s")
+
+
+def test_cpus_beyond_the_host_are_refused_with_the_count(sbx):
+    r = sbx.run("create", "--driver", "subprocess", "--cpus", str(TOO_MANY))
+    assert r.rc == 2 and r.out == "", r
+    assert f"--cpus {TOO_MANY} is more than this host's {cores_text()}" in r.err, r
+    r = sbx.run("exec", "--rm", "--driver", "subprocess", "--cpus", str(TOO_MANY), "--", "true")
+    assert r.rc == 2 and f"this host's {cores_text()}" in r.err, r
+
+
+def test_cpus_beyond_the_host_are_a_400_from_the_api(manager):
+    r = manager.request("POST", "/v1/sandboxes", {"limits": {"cpus": TOO_MANY}})
+    assert r.status == 400, r
+    assert f"is more than this host's {cores_text()}" in r.json()["error"]["message"], r
+
+
+def test_an_unknown_state_filter_is_refused_naming_the_states(sbx):
+    r = sbx.run("ls", "--filter", "state=bogus")
+    assert r.rc == 2 and r.out == "", r
+    assert "the filter state=bogus: unknown sandbox state 'bogus'" in r.err, r
+    assert "states are creating, running, dead, failed, pooled" in r.err, r
+
+
+@pytest.mark.parametrize("flag", ["--idle-timeout", "--ttl"])
+@pytest.mark.parametrize("value", ["1.5s", "500ms"])
+def test_idle_timeout_and_ttl_refuse_what_whole_seconds_cannot_hold(sbx, flag, value):
+    r = sbx.run("create", "--driver", "subprocess", flag, value)
+    assert r.rc == 2 and r.out == "", r
+    assert f"{flag} {value} is not a whole number of seconds" in r.err, r
+
+
+@pytest.mark.parametrize("argv, said, hint", [
+    (["exce"], "unknown subcommand 'exce' of sbx", "did you mean exec?"),
+    (["lss"], "unknown subcommand 'lss' of sbx", "did you mean ls?"),
+    (["pool", "stauts"], "unknown subcommand 'stauts' of sbx pool", "did you mean status?"),
+    (["frobnicate"], "unknown subcommand 'frobnicate' of sbx", "see `sbx --help`"),
+    (["exec", "--timout", "1s", "sbx_aaaaaaaaaaaa", "--", "true"], "unknown flag --timout for sbx exec",
+     "did you mean --timeout?"),
+    (["ls", "--jsno"], "unknown flag --jsno for sbx ls", "did you mean --json?"),
+    (["--state-dri", "/tmp", "ls"], "unknown flag --state-dri for sbx", "did you mean --state-dir?"),
+    (["create", "--nmae", "x"], "unknown flag --nmae for sbx create", "did you mean --name?"),
+])
+def test_a_mistyped_subcommand_or_flag_gets_did_you_mean(sbx, argv, said, hint):
+    r = sbx.run(*argv)
+    assert r.rc == 2 and r.out == "", r
+    assert f"sbx: error: {said}\n" in r.err and f"sbx: hint: {hint}\n" in r.err, r
