@@ -20,18 +20,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_manager BINARY NAME -> prints the URL
+# start_manager BINARY NAME: starts it, sets $url
 start_manager() {
   local bin=$1 name=$2 port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   ADMIN_API_KEY=$key "$bin" --state-dir "$work/$name" serve --listen 127.0.0.1:$port --driver subprocess \
-    2>"$work/$name.log" &
+    >/dev/null 2>"$work/$name.log" &
   servers+=($!)
-  for _ in $(seq 100); do curl -fs -H "X-API-Key: $key" "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-  echo "http://127.0.0.1:$port"
+  url="http://127.0.0.1:$port"
+  for _ in $(seq 100); do curl -fs -H "X-API-Key: $key" "$url/healthz" >/dev/null && return; sleep 0.1; done
+  echo "bench: $bin serve did not become healthy:" >&2
+  cat "$work/$name.log" >&2
+  exit 1
 }
 
-# p50_ms URL -> "p50 p99" in ms, one client
+# latency URL -> "p50 p99" in ms, one client
 latency() {
   cat >"$work/get.lua" <<LUA
 wrk.headers["X-API-Key"] = "$key"
@@ -48,7 +51,7 @@ print(f"{lat(50):.3f} {lat(99):.3f}")
 PY
 }
 
-url=$(start_manager "$SBX" now)
+start_manager "$SBX" now
 read -r h50 h99 < <(latency "$url/healthz")
 read -r l50 l99 < <(latency "$url/v1/sandboxes")
 printf '%-34s %9s %9s\n' "" p50 p99
@@ -59,8 +62,8 @@ h, floor = map(float, sys.argv[1:])
 print(f"/healthz vs the floor: {h / floor:.2f}x; target p50 <= 5 ms: {'PASS' if h <= 5 else 'MISS'} ({h:.2f} ms)")
 PY
 if [[ -n "${SBX_BEFORE:-}" ]]; then
-  before=$(start_manager "$SBX_BEFORE" before)
-  read -r b50 b99 < <(latency "$before/healthz")
+  start_manager "$SBX_BEFORE" before
+  read -r b50 b99 < <(latency "$url/healthz")
   printf '%-34s %7.2fms %7.2fms\n' "GET /healthz on SBX_BEFORE" "$b50" "$b99"
   python3 -c "import sys; print(f'now vs before: {float(sys.argv[1]) / float(sys.argv[2]):.3f}x')" "$h50" "$b50"
 fi

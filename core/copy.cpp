@@ -300,13 +300,13 @@ uint64_t transfer(EntrySource& source, EntrySink& sink, uint64_t max_bytes) {
   FileEntry e;
   while (source.next(e)) {
     if (e.type == "file" && total + e.size > max_bytes)
-      throw Error(Errc::limit_exceeded, "the copy exceeds the limit of " + format_size(max_bytes))
+      throw Error(Errc::too_large, "the copy exceeds the limit of " + format_size(max_bytes))
           .set_hint("raise it with --max-size or cp_max_size in the config");
     sink.put(e, [&](std::string& chunk) {
       if (!source.read(chunk)) return false;
       total += chunk.size();
       if (total > max_bytes)
-        throw Error(Errc::limit_exceeded, "the copy exceeds the limit of " + format_size(max_bytes))
+        throw Error(Errc::too_large, "the copy exceeds the limit of " + format_size(max_bytes))
             .set_hint("raise it with --max-size or cp_max_size in the config");
       return true;
     });

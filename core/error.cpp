@@ -20,6 +20,7 @@ std::string_view code_name(Errc code) {
     case Errc::conflict: return "conflict";
     case Errc::unauthenticated: return "unauthenticated";
     case Errc::forbidden: return "forbidden";
+    case Errc::too_large: return "too_large";
     case Errc::internal: return "internal";
   }
   return "internal";
@@ -54,6 +55,7 @@ int http_status(Errc code) {
     case Errc::forbidden: return 403;
     case Errc::unauthenticated: return 401;
     case Errc::limit_exceeded: return 429;
+    case Errc::too_large: return 413;
     case Errc::timeout: return 504;
     case Errc::io:
     case Errc::protocol: return 502;

@@ -27,6 +27,7 @@ enum class Errc {
   conflict,           ///< the sandbox is in the wrong state for this
   unauthenticated,    ///< missing or wrong API key
   forbidden,          ///< key lacks the permission
+  too_large,          ///< a payload past its size cap (413: retrying the same one never helps, unlike limit_exceeded's 429)
   internal,           ///< a bug in sbx
 };
 

@@ -152,7 +152,7 @@ Errc errc_for_http_status(long status) {
     case 404: return Errc::not_found;
     case 405: return Errc::invalid_argument;
     case 409: return Errc::conflict;
-    case 413:
+    case 413: return Errc::too_large;
     case 429: return Errc::limit_exceeded;
     case 503: return Errc::unavailable;
     case 504: return Errc::timeout;

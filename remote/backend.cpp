@@ -136,7 +136,7 @@ std::string read_all_fd(int fd, size_t cap) {
     if (n < 0) throw sys_error("cannot read stdin", errno);
     if (n == 0) return out;
     if (out.size() + static_cast<size_t>(n) > cap)
-      throw Error(Errc::limit_exceeded, "stdin for a remote exec is sent whole and is over " + format_size(cap));
+      throw Error(Errc::too_large, "stdin for a remote exec is sent whole and is over " + format_size(cap));
     out.append(buf, static_cast<size_t>(n));
   }
 }
@@ -389,7 +389,7 @@ uint64_t RemoteBackend::get_files(const std::string& id, const std::string& path
   r.on_body = [&](std::string_view chunk) {
     received += chunk.size();
     if (received > cap)
-      throw Error(Errc::limit_exceeded, "the copy exceeds the limit of " + format_size(max_bytes) + " (its tar passed " +
+      throw Error(Errc::too_large, "the copy exceeds the limit of " + format_size(max_bytes) + " (its tar passed " +
                                             format_size(cap) + ")")
           .set_hint("raise it with --max-size or cp_max_size in the config");
     write_all(tmp.get(), chunk);

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/registry.hpp"
 #include "core/wire.hpp"
 #include "server/api_internal.hpp"
 #include "server/exec_stream.hpp"
@@ -31,13 +32,8 @@ std::string iso8601_utc(int64_t ms) {
   return buf;
 }
 
-std::string owner_of(const SandboxRecord& rec) {
-  auto it = rec.spec.labels.find(kOwnerLabel);
-  return it == rec.spec.labels.end() ? std::string() : it->second;
-}
-
 bool may_see(const ApiKey& key, const SandboxRecord& rec) {
-  return (key.perms & kAdmin) || owner_of(rec) == key.name;
+  return (key.perms & kAdmin) || sandbox_owner(rec.spec) == key.name;
 }
 
 Error no_such_sandbox(const std::string& id) {
@@ -63,12 +59,26 @@ std::string allowed_methods(const std::string& path) {
   return "";
 }
 
+// Whether `method` is one of the comma-separated names in `allow` (whole names: "E" is not "DELETE").
+bool method_allowed(const std::string& allow, const std::string& method) {
+  for (size_t pos = 0; pos < allow.size();) {
+    size_t end = allow.find(',', pos);
+    if (end == std::string::npos) end = allow.size();
+    if (allow.compare(pos, end - pos, method) == 0 && end - pos == method.size()) return true;
+    pos = end + 1;
+    while (pos < allow.size() && allow[pos] == ' ') ++pos;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::string json_line(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; }
 
 HttpResponse json_response(int status, const json& j) {
   HttpResponse r;
   r.status = status;
-  r.body = j.dump() + "\n";
+  r.body = json_line(j);
   return r;
 }
 
@@ -129,6 +139,10 @@ HttpResponse Api::error_response(const Error& e, int status_override) {
 
 HttpResponse Api::handle(const HttpRequest& req) {
   ++in_flight_;
+  struct Done {
+    std::atomic<int>& n;
+    ~Done() { --n; }
+  } done{in_flight_};
   HttpResponse r;
   try {
     if (draining_ && req.path != "/healthz" && req.path != "/metrics")
@@ -139,7 +153,6 @@ HttpResponse Api::handle(const HttpRequest& req) {
   } catch (const std::exception& e) {
     r = error_response(Error(Errc::internal, e.what()));
   }
-  --in_flight_;
   metrics_.request(req.method, r.status);
   return r;
 }
@@ -183,16 +196,17 @@ HttpResponse Api::sandbox_route(const HttpRequest& req, const std::string& rest)
   auto slash = rest.find('/');
   std::string id = rest.substr(0, slash);
   std::string sub = slash == std::string::npos ? "" : rest.substr(slash + 1);
-  if (allowed_methods(req.path).find(m) == std::string::npos) {
+  if (!method_allowed(allowed_methods(req.path), m)) {
     HttpResponse none;
     none.status = 0;
     return none;
   }
-  if (!valid_sandbox_id(id)) throw no_such_sandbox(id);
+  // The permission first: a key lacking it gets 403 whatever the id, existing, missing or malformed.
   unsigned perm = m == "GET" ? kRead : sub == "exec" || sub == "commands" ? kRun : kWrite;
   need(req, perm);
-  // Ownership first: another key's sandbox is a 404 on every route, whatever the route.
+  // Then ownership: another key's sandbox is a 404 on every route, whatever the route.
   SandboxRecord rec = owned(req, id);
+  id = rec.id;
   if (sub.empty()) return m == "GET" ? json_response(200, public_record(rec)) : remove(req, rec);
   if (sub == "exec") return exec(req, &rec);
   if (sub == "commands") return commands(req, rec);
@@ -204,7 +218,19 @@ HttpResponse Api::sandbox_route(const HttpRequest& req, const std::string& rest)
   return files_put(req, id);
 }
 
-SandboxRecord Api::owned(const HttpRequest& req, const std::string& id) {
+SandboxRecord Api::owned(const HttpRequest& req, const std::string& ref) {
+  std::string id = ref;
+  if (!valid_sandbox_id(ref)) {
+    // A name, looked up among what this key may see only (its own; every owner's for an admin).
+    if (!valid_sandbox_name(ref)) throw no_such_sandbox(ref);
+    std::vector<SandboxRecord> visible;
+    for (auto& r : backend_.list())
+      if (r.state != SandboxState::pooled && may_see(*req.key, r)) visible.push_back(std::move(r));
+    auto owner = (req.key->perms & kAdmin) ? std::nullopt : std::optional<std::string>(req.key->name);
+    auto hit = find_sandbox(visible, ref, owner);
+    if (!hit) throw no_such_sandbox(ref);
+    id = hit->id;
+  }
   SandboxRecord rec;
   try {
     rec = backend_.get(id);
@@ -273,7 +299,7 @@ std::shared_ptr<void> Api::reserve_sandbox(const std::string& key) {
   std::lock_guard lock(mu_);
   int owned = creating_per_key_[key];
   for (auto& r : backend_.list())
-    if (owner_of(r) == key && r.state != SandboxState::pooled) ++owned;
+    if (sandbox_owner(r.spec) == key && r.state != SandboxState::pooled) ++owned;
   if (owned >= limits_.max_sandboxes_per_key)
     throw Error(Errc::limit_exceeded, "the API key '" + key + "' already holds " + std::to_string(owned) +
                                           " sandboxes (the limit)")
@@ -304,7 +330,7 @@ HttpResponse Api::list(const HttpRequest& req) {
   json arr = json::array();
   const std::string* state = query(req, "state");
   std::optional<SandboxState> want;
-  if (state) want = parse_state(*state);  // ?state=bogus is a 400 naming the states, as in `sbx ls`
+  if (state) want = parse_state_filter(*state);  // ?state=bogus is a 400 with `sbx ls`'s words
   for (auto& r : backend_.list()) {
     if (want && r.state != *want) continue;
     // The warm pool's unclaimed sandboxes belong to no key: only an admin sees them, and only when asking by state.

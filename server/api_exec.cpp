@@ -94,12 +94,12 @@ void ExecStream::start(std::function<json(ExecIO&)> work) {
     io.on_stdout = [w](std::string_view d) {
       json j;
       put_output(j, "stdout", std::string(d));
-      write_line(w, j.dump() + "\n");
+      write_line(w, json_line(j));
     };
     io.on_stderr = [w](std::string_view d) {
       json j;
       put_output(j, "stderr", std::string(d));
-      write_line(w, j.dump() + "\n");
+      write_line(w, json_line(j));
     };
     json exit_line;
     try {
@@ -107,7 +107,7 @@ void ExecStream::start(std::function<json(ExecIO&)> work) {
     } catch (const Error& e) {
       exit_line = {{"error", error_json(e)}};
     }
-    write_line(w, exit_line.dump() + "\n");
+    write_line(w, json_line(exit_line));
     self->out_w_.reset();  // EOF for the reader
     --self->in_flight_;
   }).detach();

@@ -44,7 +44,7 @@ class StringSink : public EntrySink {
     std::string chunk;
     while (content(chunk)) {
       if (data.size() + chunk.size() > cap_)
-        throw Error(Errc::limit_exceeded, "the file is larger than " + format_size(cap_) + ", the cap of a JSON read")
+        throw Error(Errc::too_large, "the file is larger than " + format_size(cap_) + ", the cap of a JSON read")
             .set_hint("read it raw: GET /v1/sandboxes/{id}/files?path=P without encoding");
       data += chunk;
       chunk.clear();
@@ -220,6 +220,8 @@ HttpResponse Api::files_json_post(const HttpRequest& req, const SandboxRecord& r
         .set_hint("{\"path\": \"/work/run.py\", \"content\": \"print(1)\", \"encoding\": \"utf-8\"}");
   std::string path = platform_path(body["path"].get<std::string>(), rec);
   if (path == "/") throw Error(Errc::invalid_argument, "files request: cannot write to /");
+  if (body.contains("encoding") && !body["encoding"].is_string())
+    throw Error(Errc::invalid_argument, "files request: 'encoding' must be \"utf-8\" or \"base64\"");
   std::string enc = encoding_of(body.contains("encoding") ? &body["encoding"].get_ref<const std::string&>() : nullptr);
   std::string content = body["content"].get<std::string>();
   if (enc == "base64") content = base64_decode(content);

@@ -10,11 +10,12 @@
 
 namespace sbx::server {
 
-/// The label holding the key that owns a sandbox (ownership survives a restart: it is in the record).
-inline constexpr const char* kOwnerLabel = "sbx.owner";
+// The key that owns a sandbox is core's kOwnerLabel (ownership survives a restart: it is in the record).
 /// The label holding the platform's `label` of a sandbox.
 inline constexpr const char* kPlatformLabel = "sbx.label";
 
+/// j as one line of text; bytes that are not UTF-8 (a caller's, quoted in an error) become U+FFFD, never an exception.
+std::string json_line(const nlohmann::json& j);
 /// A JSON answer.
 HttpResponse json_response(int status, const nlohmann::json& j);
 /// The request's JSON object body ({} when empty); 400 for anything else.

@@ -1,5 +1,7 @@
 #include "server/http_server.hpp"
 
+#include "server/api_internal.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -48,14 +50,16 @@ void with_request_id(HttpResponse& r, const std::string& id) {
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (!j.is_object() || !j.contains("error") || !j["error"].is_object()) return;
   j["error"]["request_id"] = id;
-  r.body = j.dump() + "\n";
+  r.body = json_line(j);
 }
 
 struct StreamHolder {
   std::shared_ptr<ResponseStream> stream;
 };
 
-std::string json_escape(const std::string& s) { return nlohmann::json(s).dump(); }
+std::string json_escape(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 }  // namespace
 
@@ -165,7 +169,7 @@ struct HttpServer::Impl {
     }
     if (ex->too_large) {
       ex->answered = true;
-      return queue(c, *ex, Api::error_response(Error(Errc::limit_exceeded, "the request body is too large")
+      return queue(c, *ex, Api::error_response(Error(Errc::too_large, "the request body is too large")
                                                    .set_hint(ex->spool ? "raise cp_max_size"
                                                                        : "JSON bodies are capped at 1 MiB (64 MiB for exec with stdin)"),
                                                413));
@@ -187,7 +191,13 @@ struct HttpServer::Impl {
     }
     ex->req.body_fd = ex->spool_fd.get();
     ex->answered = true;
-    return queue(c, *ex, api.handle(ex->req));
+    HttpResponse r;
+    try {
+      r = api.handle(ex->req);
+    } catch (...) {  // handle() promises not to throw; if it ever does, one request fails, never the manager
+      r = Api::error_response(Error(Errc::internal, "the manager failed this request"));
+    }
+    return queue(c, *ex, std::move(r));
   }
 
   // Exec requests carry the command's stdin whole, and the platform's JSON

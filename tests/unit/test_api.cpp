@@ -560,13 +560,13 @@ TEST_CASE("api: a draining manager answers 503, and /healthz still answers", "[a
   CHECK(fx.backend.execs().empty());
 }
 
-// ---------------------------------------------------------------- known bugs
-// Each [!mayfail] case below shows a bug in server/; the comment names the line.
+// ---------------------------------------------------------------- bugs these found (fixed)
+// Each case below failed before its fix; the comment says what it was.
 
 // server/api.cpp sandbox_route: `allowed_methods(path).find(m)` is a substring
 // search, so "ELETE" (a token libmicrohttpd passes through) is taken for an
 // allowed method and, with sub empty and m != "GET", runs remove().
-TEST_CASE("api: a method that is only part of an allowed one is 405, and deletes nothing", "[api][!mayfail]") {
+TEST_CASE("api: a method that is only part of an allowed one is 405, and deletes nothing", "[api]") {
   Fixture fx;
   for (const char* m : {"ELETE", "E", "T"}) {
     INFO(m);
@@ -578,7 +578,7 @@ TEST_CASE("api: a method that is only part of an allowed one is 405, and deletes
 
 // server/api_files.cpp files_json_post: a non-string "encoding" reaches
 // get_ref<const std::string&>(), whose json type_error becomes a 500 instead of a 400.
-TEST_CASE("api: a JSON file write with a non-string encoding is 400", "[api][!mayfail]") {
+TEST_CASE("api: a JSON file write with a non-string encoding is 400", "[api]") {
   Fixture fx;
   std::string id = fx.create(fx.alice);
   HttpResponse r = fx.call(fx.alice, "POST", sandbox_path(id, "files"),
@@ -590,7 +590,7 @@ TEST_CASE("api: a JSON file write with a non-string encoding is 400", "[api][!ma
 // error_response answers as 429 with Retry-After: 1, so the platform's client
 // retries a read that can never succeed. A size cap wants a status that is not
 // "try again later" (413, or 400 with the hint it already has).
-TEST_CASE("api: a file too large for a JSON read is not a retryable 429", "[api][!mayfail]") {
+TEST_CASE("api: a file too large for a JSON read is not a retryable 429", "[api]") {
   sbx::server::Limits lim = small_limits();
   lim.max_buffered_output = 8;
   Fixture fx(lim);
@@ -608,7 +608,7 @@ TEST_CASE("api: a file too large for a JSON read is not a retryable 429", "[api]
 // make json::dump in error_response throw from inside handle's catch block, so
 // handle() throws although it promises never to, and http_server.cpp:190 calls
 // it from a libmicrohttpd callback without a try: the manager dies.
-TEST_CASE("api: bytes that are not UTF-8 in a path or query are an error answer, not an exception", "[api][!mayfail]") {
+TEST_CASE("api: bytes that are not UTF-8 in a path or query are an error answer, not an exception", "[api]") {
   Fixture fx;
   std::string id = fx.create(fx.alice);
   std::string ff = "\xff";

@@ -18,7 +18,7 @@ namespace {
 const Errc kAllCodes[] = {Errc::usage,         Errc::invalid_argument, Errc::not_found,     Errc::already_exists,
                           Errc::unavailable,   Errc::permission_denied, Errc::limit_exceeded, Errc::timeout,
                           Errc::io,            Errc::protocol,          Errc::conflict,       Errc::unauthenticated,
-                          Errc::forbidden,     Errc::internal};
+                          Errc::forbidden,     Errc::too_large,         Errc::internal};
 }  // namespace
 
 TEST_CASE("error: what() is the message alone without context or errno", "[error]") {
@@ -119,6 +119,8 @@ TEST_CASE("error: http_status of every code", "[error]") {
   CHECK(sbx::http_status(Errc::forbidden) == 403);
   CHECK(sbx::http_status(Errc::unauthenticated) == 401);
   CHECK(sbx::http_status(Errc::limit_exceeded) == 429);
+  // A payload past its cap is 413: the platform's client retries 429s, and retrying the same payload never helps.
+  CHECK(sbx::http_status(Errc::too_large) == 413);
   CHECK(sbx::http_status(Errc::timeout) == 504);
   CHECK(sbx::http_status(Errc::io) == 502);
   CHECK(sbx::http_status(Errc::protocol) == 502);

@@ -586,7 +586,7 @@ TEST_CASE("remote: stat, put and get_files speak tar with the manager", "[remote
     OneShotServer srv({http_response("200 OK", tar, "application/x-tar")});
     sbx::RemoteBackend be(cfg, srv.url(), kKey);
     CollectSink sink;
-    CHECK(error_of([&] { be.get_files(kId, "/work/up", sink, 2); }).code() == Errc::limit_exceeded);
+    CHECK(error_of([&] { be.get_files(kId, "/work/up", sink, 2); }).code() == Errc::too_large);
   }
 }
 
