@@ -80,6 +80,21 @@ Error yaml_error(const std::string& file, const YAML::Exception& e) {
       .set_hint("fix the YAML syntax of " + file);
 }
 
+// A mapping of free-form names to scalars (pool sizes, server.images) as `what.NAME` values.
+void collect_mapping(const YAML::Node& node, const std::string& what, const std::string& shape, const std::string& at,
+                     const std::string& file, FileValues& out, std::set<std::string>& seen) {
+  if (node.IsNull()) return;
+  if (!node.IsMap()) throw Error(Errc::invalid_argument, "'" + what + "' in " + at + " must be a mapping of " + shape);
+  for (const auto& d : node) {
+    if (!d.first.IsScalar() || !d.second.IsScalar())
+      throw Error(Errc::invalid_argument, "an entry of '" + what + "' in " + file + " line " +
+                                              std::to_string(d.first.Mark().line + 1) + " is not `" + shape + "`");
+    if (!seen.insert(what + "." + d.first.Scalar()).second)
+      throw Error(Errc::invalid_argument, "'" + d.first.Scalar() + "' appears twice under " + what + " in " + file);
+    out[what + "." + d.first.Scalar()] = FileValue{d.second.Scalar(), d.first.Mark().line + 1};
+  }
+}
+
 void collect(const YAML::Node& map, const std::string& prefix, const std::vector<std::string>& allowed,
              const std::string& file, FileValues& out, std::set<std::string>& seen) {
   for (const auto& kv : map) {
@@ -109,30 +124,12 @@ void collect(const YAML::Node& map, const std::string& prefix, const std::vector
     }
     if (key == "pool") {
       // Keys are driver names, which only the driver table knows: checked when the pool is used.
-      if (kv.second.IsNull()) continue;
-      if (!kv.second.IsMap())
-        throw Error(Errc::invalid_argument, "'pool' in " + at + " must be a mapping of driver: size");
-      for (const auto& d : kv.second) {
-        if (!d.first.IsScalar() || !d.second.IsScalar())
-          throw Error(Errc::invalid_argument, "an entry of 'pool' in " + file + " line " +
-                                                  std::to_string(d.first.Mark().line + 1) + " is not `driver: size`");
-        if (!seen.insert("pool." + d.first.Scalar()).second)
-          throw Error(Errc::invalid_argument, "driver '" + d.first.Scalar() + "' appears twice under pool in " + file);
-        out["pool." + d.first.Scalar()] = FileValue{d.second.Scalar(), d.first.Mark().line + 1};
-      }
+      collect_mapping(kv.second, "pool", "driver: size", at, file, out, seen);
       continue;
     }
     if (key == "server.images") {
       // name: directory. Over the API an image is one of these names, never a host path.
-      if (kv.second.IsNull()) continue;
-      if (!kv.second.IsMap())
-        throw Error(Errc::invalid_argument, "'server.images' in " + at + " must be a mapping of name: directory");
-      for (const auto& d : kv.second) {
-        if (!d.first.IsScalar() || !d.second.IsScalar())
-          throw Error(Errc::invalid_argument, "an entry of server.images in " + file + " line " +
-                                                  std::to_string(d.first.Mark().line + 1) + " is not `name: directory`");
-        out["server.images." + d.first.Scalar()] = FileValue{d.second.Scalar(), d.first.Mark().line + 1};
-      }
+      collect_mapping(kv.second, "server.images", "name: directory", at, file, out, seen);
       continue;
     }
     if (key == "server.api_keys") {

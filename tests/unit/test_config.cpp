@@ -568,3 +568,23 @@ TEST_CASE("config: the network jail's pool and DNS upstream", "[config][netjail]
     CHECK(error_of([&] { with_yaml(inputs(), bad); }).code() == Errc::invalid_argument);
   }
 }
+
+TEST_CASE("config: server.images and server.default_network", "[config]") {
+  Config c = no_file(inputs());
+  CHECK(c.server.default_network == "jail");  // the guide's sandboxes are network-jailed
+  CHECK(c.server.images.empty());
+  c = with_yaml(inputs(), "server:\n  default_network: none\n  images:\n    debian: /var/lib/sbx/images/debian\n    tiny: /srv/tiny\n");
+  CHECK(c.server.default_network == "none");
+  CHECK(c.server.images == std::map<std::string, std::string>{{"debian", "/var/lib/sbx/images/debian"}, {"tiny", "/srv/tiny"}});
+  for (auto [yaml, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"server:\n  default_network: bridge\n", "bridge"},
+           {"server:\n  images:\n    rel: images/rel\n", "absolute"},
+           {"server:\n  images: [a, b]\n", "mapping"},
+           {"server:\n  images:\n    x: [a]\n", "name: directory"},
+           {"server:\n  images:\n    x: /a\n    x: /b\n", "twice"}}) {
+    CAPTURE(yaml);
+    auto e = error_of([&] { with_yaml(inputs(), yaml); });
+    CHECK(e.code() == Errc::invalid_argument);
+    CHECK(contains(e.what(), needle));
+  }
+}
