@@ -52,9 +52,6 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
   if (!info)
     throw Error(Errc::invalid_argument, "unknown driver '" + spec.driver + "'")
         .set_hint("drivers: " + driver_names(drivers));
-  if (!info->make)
-    throw Error(Errc::invalid_argument, "driver '" + spec.driver + "' does not run sandboxes on this host")
-        .set_hint("set SANDBOX_MANAGER_URL to reach a manager");
   auto& l = spec.limits;
   const auto& d = cfg.default_limits;
   if (l.cpus == 0) l.cpus = d.cpus;
@@ -98,8 +95,6 @@ LocalBackend::LocalBackend(const Config& cfg, const DriverTable& drivers)
 
 std::unique_ptr<Driver> LocalBackend::driver_for(const SandboxRecord& rec) {
   auto* info = find_driver(drivers_, rec.spec.driver);
-  if (info && !info->make)
-    throw Error(Errc::invalid_argument, "driver '" + rec.spec.driver + "' does not run sandboxes on this host");
   if (!info)
     throw Error(Errc::unavailable, "sandbox " + rec.id + " uses driver '" + rec.spec.driver +
                                        "', which this build of sbx does not have");
@@ -286,7 +281,7 @@ std::vector<SandboxRecord> LocalBackend::list() {
   for (auto& r : recs) {
     if (r.state != SandboxState::running && r.state != SandboxState::pooled) continue;
     auto* info = find_driver(drivers_, r.spec.driver);
-    if (info && info->make && !info->make(cfg_)->alive(r)) {
+    if (info && !info->make(cfg_)->alive(r)) {
       // A dead pooled sandbox stays out of sight (ls hides the pool); gc reaps it.
       if (r.state == SandboxState::running) r.state = SandboxState::dead;
       r.error = "its agent is gone";
@@ -298,7 +293,7 @@ std::vector<SandboxRecord> LocalBackend::list() {
 bool LocalBackend::alive(const SandboxRecord& rec) {
   if (rec.state != SandboxState::running && rec.state != SandboxState::pooled) return false;
   auto* info = find_driver(drivers_, rec.spec.driver);
-  return info && info->make && info->make(cfg_)->alive(rec);
+  return info && info->make(cfg_)->alive(rec);
 }
 
 PoolFillReport LocalBackend::fill_pool() {
@@ -321,7 +316,7 @@ std::vector<std::string> LocalBackend::drain_pool(const std::string& driver) {
     auto cur = registry_.find(rec.id);
     if (!cur || cur->state != SandboxState::pooled) continue;  // claimed or removed meanwhile
     auto* info = find_driver(drivers_, rec.spec.driver);
-    if (!info || !info->make) continue;
+    if (!info) continue;
     with_context("removing pooled sandbox " + rec.id, [&] { info->make(cfg_)->destroy(*cur, registry_.dir(rec.id)); });
     registry_.remove(rec.id);
     out.push_back(rec.id);
@@ -341,7 +336,7 @@ SandboxRecord LocalBackend::get(const std::string& id) {
 void LocalBackend::destroy(const SandboxRecord& rec) {
   Fd guard = registry_.lock(rec.id, true);
   auto* info = find_driver(drivers_, rec.spec.driver);
-  if (info && info->make) info->make(cfg_)->destroy(rec, registry_.dir(rec.id));
+  if (info) info->make(cfg_)->destroy(rec, registry_.dir(rec.id));
   registry_.remove(rec.id);
 }
 
@@ -400,7 +395,7 @@ GcReport LocalBackend::gc(bool dry_run) {
   auto unwanted_pooled = pool_.unwanted(recs);
   for (auto& rec : recs) {
     auto* info = find_driver(drivers_, rec.spec.driver);
-    if (!info || !info->make) {
+    if (!info) {
       live.insert(rec.id);  // another build's sandbox: not ours to judge
       continue;
     }
@@ -436,13 +431,12 @@ GcReport LocalBackend::gc(bool dry_run) {
       SandboxRecord ghost;
       ghost.id = id;
       for (auto& info : drivers_)
-        if (info.make) info.make(cfg_)->destroy(ghost, registry_.dir(id));
+        info.make(cfg_)->destroy(ghost, registry_.dir(id));
       registry_.remove(id);
     });
     live.insert(id);
   }
   for (auto& info : drivers_) {
-    if (!info.make) continue;
     auto driver = info.make(cfg_);
     for (auto& what : driver->orphans(live))
       act({"orphan", what, info.name + " resource with no sandbox", false, ""}, [&] { driver->reap_orphan(what); });

@@ -170,7 +170,7 @@ std::map<std::string, std::string> Pool::unwanted(const std::vector<SandboxRecor
     if (r.state != SandboxState::pooled) continue;
     const std::string& d = r.spec.driver;
     auto* info = find_driver(drivers_, d);
-    if (!info || !info->make) continue;  // another build's sandbox: not ours to judge
+    if (!info) continue;  // another build's sandbox: not ours to judge
     std::string why;
     if (!alive_(r)) {
       out[r.id] = "its agent is gone";

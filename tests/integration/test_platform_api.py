@@ -381,3 +381,26 @@ def test_commands_on_deno_run_the_documented_subset(pm, driver):
         assert "subprocess" in err["message"] + err.get("hint", ""), err
     finally:
         api.delete(sid)
+
+
+def test_names_in_paths_are_the_owners(managers):
+    """Issue 10 defect 9: a name (unique per owner) stands for the id on every route."""
+    m, keys = two_key_manager(managers, "names")
+    alice, bob = Platform(m, keys["alice"]), Platform(m, keys["bob"])
+    r = alice.call("POST", "/v1/sandboxes", {"name": "web", "network": "none"})
+    assert r.status == 201 and r.json()["spec"]["name"] == "web", r
+    sid = r.json()["id"]
+    assert alice.get("web").json()["id"] == sid
+    assert alice.run("web", "echo by name").json()["stdout"] == "by name\n"
+    assert alice.write("web", "/work/n.txt", "n").status == 200
+    # Unique per owner: alice cannot take it twice; bob's "web" is his own, and alice's stays hidden from him.
+    err = assert_error(alice.call("POST", "/v1/sandboxes", {"name": "web", "network": "none"}), 409, "already_exists")
+    assert sid in err.get("hint", "") + err["message"], err
+    assert_error(bob.get("web"), 404, "not_found")
+    r = bob.call("POST", "/v1/sandboxes", {"name": "web", "network": "none"})
+    assert r.status == 201 and r.json()["id"] != sid, r
+    assert bob.run("web", "cat /work/n.txt").json()["exit_code"] != 0, "bob's web is not alice's"
+    # The admin key sees both: a name it cannot tell apart is an error, not a guess.
+    assert m.request("GET", "/v1/sandboxes/web").status == 400
+    assert alice.delete("web").status == 200 and bob.delete("web").status == 200
+    assert_error(alice.get("web"), 404)

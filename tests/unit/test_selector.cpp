@@ -254,7 +254,7 @@ TEST_CASE("selector: a missing local backend after an unhealthy manager names th
   // only says the local backend is missing; why the manager was skipped is lost.
   FakeHealth h;
   h.problem = "connection refused";
-  DriverTable table = {row("subprocess"), DriverInfo{"remote", "fake remote", nullptr, nullptr}};
+  DriverTable table = {row("subprocess")};
   Selection s = sbx::explain_selection(cfg(true, kUrl, "deno"), table, h.fn());
   REQUIRE(s.failure);
   CHECK(s.failure->code() == Errc::unavailable);
