@@ -72,17 +72,24 @@ ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
   }
   proto::Decoder dec;
   std::string buf(proto::kChunk, '\0');
+  bool watch_hangup = io.hangup_fd >= 0;
   for (;;) {
-    pollfd pfds[3];
+    pollfd pfds[4];
     nfds_t n = 0;
     pfds[n++] = {fd_.get(), POLLIN, 0};
-    int stdin_idx = -1, sig_idx = -1;
+    int stdin_idx = -1, sig_idx = -1, hup_idx = -1;
     if (stdin_open) stdin_idx = static_cast<int>(n), pfds[n++] = {io.stdin_fd, POLLIN, 0};
     if (io.signal_fd >= 0) sig_idx = static_cast<int>(n), pfds[n++] = {io.signal_fd, POLLIN, 0};
+    if (watch_hangup) hup_idx = static_cast<int>(n), pfds[n++] = {io.hangup_fd, POLLRDHUP, 0};
     int r = ::poll(pfds, n, -1);
     if (r < 0) {
       if (errno == EINTR) continue;
       throw sys_error("poll", errno);
+    }
+    if (hup_idx >= 0 && (pfds[hup_idx].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      // Whoever asked is gone: the command dies with its whole tree (the agent's shim sees to the tree).
+      write_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", SIGKILL}}));
+      watch_hangup = false;
     }
     if (sig_idx >= 0 && pfds[sig_idx].revents) {
       int sig = 0;

@@ -70,12 +70,6 @@ std::string lossy_utf8(const std::string& s) {
 
 }  // namespace
 
-bool client_gone(int client_fd, int also_fd, int timeout_ms) {
-  pollfd p[2] = {{client_fd, POLLRDHUP, 0}, {also_fd, POLLIN, 0}};
-  int n = ::poll(p, also_fd >= 0 ? 2 : 1, timeout_ms);
-  return n > 0 && (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
 // ---------------------------------------------------------------- ExecStream
 
 ExecStream::ExecStream(std::atomic<int>& in_flight, int client_fd, bool detach)
@@ -135,31 +129,6 @@ void ExecStream::cancel() {
 }
 
 void ExecStream::interrupt() { send_kill(sig_w_.get()); }
-
-// ---------------------------------------------------------------- HangupWatch
-
-HangupWatch::HangupWatch(int client_fd, bool detach) {
-  std::tie(sig_r_, sig_w_) = make_pipe(O_NONBLOCK);
-  std::tie(stop_r_, stop_w_) = make_pipe(0);
-  if (client_fd < 0 || detach) return;
-  watcher_ = std::thread([this, client_fd] {
-    for (;;) {
-      pollfd p[2] = {{client_fd, POLLRDHUP, 0}, {stop_r_.get(), POLLIN, 0}};
-      int n = ::poll(p, 2, -1);
-      if (n < 0 && errno == EINTR) continue;
-      if (p[1].revents) return;
-      if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-        send_kill(sig_w_.get());
-        return;
-      }
-    }
-  });
-}
-
-HangupWatch::~HangupWatch() {
-  stop_w_.reset();  // wakes the watcher (POLLHUP on stop_r_)
-  if (watcher_.joinable()) watcher_.join();
-}
 
 // ---------------------------------------------------------------- request bodies
 
@@ -231,9 +200,9 @@ Api::Buffered Api::run_buffered(const HttpRequest& req, bool detach, const std::
     if (d.size() > room) b.truncated = true;
     into.append(d.substr(0, room));
   };
-  HangupWatch watch(req.client_fd, detach);
   ExecIO io;
-  io.signal_fd = watch.signal_fd();
+  // The client hanging up kills the command, as for a stream (detach keeps it running).
+  io.hangup_fd = detach ? -1 : req.client_fd;
   io.on_stdout = [&](std::string_view d) { keep(b.out, d); };
   io.on_stderr = [&](std::string_view d) { keep(b.err, d); };
   b.exit = run(io)["exit"];

@@ -1,12 +1,10 @@
-// How the API runs a command for a client that may vanish: ExecStream sends
-// it as NDJSON while it runs; HangupWatch kills a buffered one whose client
-// hung up. The rule is the same for both: a command whose client is gone is
-// killed with its whole tree, unless the request said `detach`.
+// How the API streams a command as NDJSON while it runs. The rule for a
+// client that vanishes is the same as for a buffered exec (ExecIO::hangup_fd):
+// its command is killed with its whole tree, unless the request said `detach`.
 #pragma once
 
 #include <functional>
 #include <memory>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -35,25 +33,5 @@ class ExecStream : public ResponseStream, public std::enable_shared_from_this<Ex
   bool detach_;
   Fd out_r_, out_w_, sig_r_, sig_w_;
 };
-
-/// While alive, watches a buffered exec's connection and sends SIGKILL to
-/// the command (through the signal pipe it gives the ExecIO) when the client hangs up.
-class HangupWatch {
- public:
-  /// `client_fd` < 0 or `detach`: watches nothing, but still gives a signal pipe.
-  HangupWatch(int client_fd, bool detach);
-  ~HangupWatch();
-  HangupWatch(const HangupWatch&) = delete;
-  HangupWatch& operator=(const HangupWatch&) = delete;
-  /// The descriptor for ExecIO::signal_fd.
-  int signal_fd() const { return sig_r_.get(); }
-
- private:
-  Fd sig_r_, sig_w_, stop_r_, stop_w_;
-  std::thread watcher_;
-};
-
-/// Whether the peer of a connected socket has hung up (POLLRDHUP/HUP/ERR), waiting up to `timeout_ms`.
-bool client_gone(int client_fd, int also_fd, int timeout_ms);
 
 }  // namespace sbx::server
