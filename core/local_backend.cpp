@@ -167,11 +167,14 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
         agent.ping();
         break;
       } catch (const Error& e) {
+        // A socket path that cannot exist (too long) never starts answering.
+        if (e.code() == Errc::invalid_argument) throw;
         if (!driver.alive(rec))
           throw Error(Errc::unavailable, "the sandbox exited while starting").add_context(e.what());
         if (std::chrono::steady_clock::now() > deadline)
           throw Error(Errc::timeout, "the sandbox's agent did not answer within " +
-                                         std::to_string(kReadyTimeoutMs / 1000) + " s");
+                                         std::to_string(kReadyTimeoutMs / 1000) + " s")
+              .add_context("last attempt: " + std::string(e.what()));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
       waited += delay_us;

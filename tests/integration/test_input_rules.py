@@ -63,3 +63,14 @@ def test_a_mistyped_subcommand_or_flag_gets_did_you_mean(sbx, argv, said, hint):
     r = sbx.run(*argv)
     assert r.rc == 2 and r.out == "", r
     assert f"sbx: error: {said}\n" in r.err and f"sbx: hint: {hint}\n" in r.err, r
+
+
+def test_a_state_root_too_long_for_the_agent_socket_is_named_at_once(sbx, tmp_path):
+    # The agent's unix socket lives in the sandbox's state directory; past 107
+    # bytes no socket can exist there, so waiting 30 s for it to answer (as sbx
+    # once did, then said only "did not answer") helps nobody.
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    r = sbx.run("--state-dir", str(deep / "state"), "exec", "--rm", "--driver", "subprocess", "--", "true", timeout=20)
+    assert r.rc != 0 and "path too long for a unix socket" in r.err and "shorter --state-dir" in r.err, r
+    assert "did not answer" not in r.err, r
