@@ -74,7 +74,29 @@ def __sbx_sleep(seconds, _sleep=time.sleep, _now=time.monotonic):
         _sleep(min(left, 0.05))
 time.sleep = __sbx_sleep
 
+# The interpreter outlives one exec, but each exec must see what a new
+# python3 process would: its own sys.path (the script's directory, then
+# PYTHONPATH, then the standard library) and the current version of every
+# module it imports from the sandbox's files.
+import importlib
+__sbx_base_path = [p for p in sys.path if p]
+
+def __sbx_path(filename, env):
+    head = "" if filename.startswith("<") else os.path.dirname(os.path.abspath(filename))
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [head] + extra + __sbx_base_path
+
 def __sbx_run(code, filename, argv, env, cwd, g):
+    fresh = g is None
+    before = set(sys.modules) if fresh else None
+    try:
+        return __sbx_run_in(code, filename, argv, env, cwd, g)
+    finally:
+        if fresh:
+            for name in set(sys.modules) - before:
+                del sys.modules[name]
+
+def __sbx_run_in(code, filename, argv, env, cwd, g):
     sys.argv = list(argv)
     os.environ.clear()
     os.environ.update(dict(env))
@@ -83,6 +105,8 @@ def __sbx_run(code, filename, argv, env, cwd, g):
     except OSError as e:
         print(f"sbx: cannot enter working directory {cwd}: {e.strerror}", file=sys.stderr)
         return 126
+    sys.path[:] = __sbx_path(filename, env)
+    importlib.invalidate_caches()
     if g is None:
         g = {"__name__": "__main__", "__builtins__": builtins}
     g["__file__"] = filename

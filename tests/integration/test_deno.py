@@ -173,6 +173,40 @@ def test_python_globals_fresh_per_exec_unless_session(deno, box):
     assert py(deno, box, "print(x + 1)", flags=session).ok().out == "42\n"
 
 
+def test_each_exec_imports_the_current_version_of_a_module(deno, fresh, host_tmp):
+    # The interpreter is reused between execs; a module imported by one must
+    # not be served stale to the next after its file changed (as with a new python3).
+    (host_tmp / "mod.py").write_text("X = 41\n")
+    deno.run("cp", str(host_tmp / "mod.py"), f"{fresh}:/work/mod.py").ok()
+    assert py(deno, fresh, "import mod; print(mod.X)").ok().out == "41\n"
+    (host_tmp / "mod.py").write_text("X = 7\n")
+    deno.run("cp", str(host_tmp / "mod.py"), f"{fresh}:/work/mod.py").ok()
+    assert py(deno, fresh, "import mod; print(mod.X)").ok().out == "7\n"
+
+
+def test_pythonpath_and_a_copied_in_wheel(deno, fresh, host_tmp):
+    # Pyodide has no compiled wheels and no index here: a pure-Python wheel the
+    # user copies in is imported from PYTHONPATH (zipimport), or unpacked into a
+    # directory that PYTHONPATH names (docs/drivers.md).
+    import zipfile
+    wheel = host_tmp / "greet-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("greet/__init__.py", "def hello():\n    return 'hello from a wheel'\n")
+        z.writestr("greet-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: greet\nVersion: 1.0\n")
+        z.writestr("greet-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("greet-1.0.dist-info/RECORD", "")
+    deno.run("cp", str(wheel), f"{fresh}:/work/{wheel.name}").ok()
+    code = "import greet; print(greet.hello())"
+    r = py(deno, fresh, code)
+    assert r.rc == 1 and "ModuleNotFoundError" in r.err, r
+    r = py(deno, fresh, code, flags=["-e", f"PYTHONPATH=/work/{wheel.name}"]).ok()
+    assert r.out == "hello from a wheel\n"
+    py(deno, fresh, f"import zipfile; zipfile.ZipFile('/work/{wheel.name}').extractall('/work/site')").ok()
+    r = py(deno, fresh, "import sys, greet; print(greet.hello(), sys.path[1])",
+           flags=["-e", "PYTHONPATH=/work/site"]).ok()
+    assert r.out == "hello from a wheel /work/site\n"
+
+
 # --------------------------------------------------------------------------
 # files: one tree for Python, JS and cp; atomic per exec; persistent
 # --------------------------------------------------------------------------
