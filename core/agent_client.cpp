@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
 #include "core/protocol.hpp"
+#include "core/unix_socket.hpp"
 
 namespace sbx {
 
@@ -44,7 +45,7 @@ proto::Frame must_read(int fd) {
 
 json AgentClient::ping(int timeout_ms) {
   uint32_t ch = next_channel();
-  write_all(fd_.get(), proto::encode(proto::Type::ping, ch));
+  send_all(fd_.get(), proto::encode(proto::Type::ping, ch));
   pollfd p{fd_.get(), POLLIN, 0};
   int n;
   do n = ::poll(&p, 1, timeout_ms);
@@ -57,17 +58,17 @@ json AgentClient::ping(int timeout_ms) {
 
 ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
   uint32_t ch = next_channel();
-  write_all(fd_.get(), proto::encode_json(proto::Type::exec, ch, req));
+  send_all(fd_.get(), proto::encode_json(proto::Type::exec, ch, req));
   bool stdin_open = req.stdin_open;
   if (stdin_open && io.stdin_fd < 0) {
     // Fixed stdin: send it all, then EOF.
     std::string_view rest = io.stdin_data;
     while (!rest.empty()) {
       auto n = std::min(rest.size(), proto::kChunk);
-      write_all(fd_.get(), proto::encode(proto::Type::stdin_data, ch, rest.substr(0, n)));
+      send_all(fd_.get(), proto::encode(proto::Type::stdin_data, ch, rest.substr(0, n)));
       rest.remove_prefix(n);
     }
-    write_all(fd_.get(), proto::encode(proto::Type::stdin_eof, ch));
+    send_all(fd_.get(), proto::encode(proto::Type::stdin_eof, ch));
     stdin_open = false;
   }
   proto::Decoder dec;
@@ -88,20 +89,20 @@ ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
     }
     if (hup_idx >= 0 && (pfds[hup_idx].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
       // Whoever asked is gone: the command dies with its whole tree (the agent's shim sees to the tree).
-      write_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", SIGKILL}}));
+      send_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", SIGKILL}}));
       watch_hangup = false;
     }
     if (sig_idx >= 0 && pfds[sig_idx].revents) {
       int sig = 0;
       if (::read(io.signal_fd, &sig, sizeof sig) == static_cast<ssize_t>(sizeof sig))
-        write_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", sig}}));
+        send_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", sig}}));
     }
     if (stdin_idx >= 0 && pfds[stdin_idx].revents) {
       ssize_t got = ::read(io.stdin_fd, buf.data(), buf.size());
       if (got > 0) {
-        write_all(fd_.get(), proto::encode(proto::Type::stdin_data, ch, std::string_view(buf.data(), static_cast<size_t>(got))));
+        send_all(fd_.get(), proto::encode(proto::Type::stdin_data, ch, std::string_view(buf.data(), static_cast<size_t>(got))));
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        write_all(fd_.get(), proto::encode(proto::Type::stdin_eof, ch));
+        send_all(fd_.get(), proto::encode(proto::Type::stdin_eof, ch));
         stdin_open = false;
       }
     }
@@ -140,7 +141,7 @@ ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
 
 std::vector<FileEntry> AgentClient::list(const std::string& path, bool recursive) {
   uint32_t ch = next_channel();
-  write_all(fd_.get(), proto::encode_json(proto::Type::list, ch, {{"path", path}, {"recursive", recursive}}));
+  send_all(fd_.get(), proto::encode_json(proto::Type::list, ch, {{"path", path}, {"recursive", recursive}}));
   std::vector<FileEntry> out;
   for (;;) {
     auto f = must_read(fd_.get());
@@ -155,7 +156,7 @@ std::vector<FileEntry> AgentClient::list(const std::string& path, bool recursive
 
 FileEntry AgentClient::read_file(const std::string& path, const std::function<void(std::string_view)>& sink) {
   uint32_t ch = next_channel();
-  write_all(fd_.get(), proto::encode_json(proto::Type::file_read, ch, {{"path", path}}));
+  send_all(fd_.get(), proto::encode_json(proto::Type::file_read, ch, {{"path", path}}));
   auto head = must_read(fd_.get());
   if (head.type == proto::Type::error) throw_remote(head);
   if (head.type != proto::Type::ok) throw Error(Errc::protocol, "unexpected frame from the agent during read");
@@ -173,14 +174,14 @@ void AgentClient::write_entry(const std::string& path, const FileEntry& meta,
   uint32_t ch = next_channel();
   json req{{"path", path}, {"kind", meta.type}, {"mode", meta.mode}, {"mtime", meta.mtime}};
   if (meta.type == "symlink") req["target"] = meta.target;
-  write_all(fd_.get(), proto::encode_json(proto::Type::file_write, ch, req));
+  send_all(fd_.get(), proto::encode_json(proto::Type::file_write, ch, req));
   if (meta.type == "file") {
     std::string chunk;
     while (source && source(chunk)) {
-      if (!chunk.empty()) write_all(fd_.get(), proto::encode(proto::Type::data, ch, chunk));
+      if (!chunk.empty()) send_all(fd_.get(), proto::encode(proto::Type::data, ch, chunk));
       chunk.clear();
     }
-    write_all(fd_.get(), proto::encode(proto::Type::end, ch));
+    send_all(fd_.get(), proto::encode(proto::Type::end, ch));
   }
   auto f = must_read(fd_.get());
   if (f.type == proto::Type::error) throw_remote(f);

@@ -226,18 +226,11 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
   }
   req.env = std::move(env);
   if (req.cwd.empty()) req.cwd = rec.spec.workdir;
-  uint64_t oom_before;
-  std::optional<AgentClient> agent;
-  {
-    // Shared lock: gc and rm (exclusive) wait until this exec is registered with the agent.
-    Fd guard = registry_.lock(rec.id, false);
-    registry_.touch(rec.id);
-    oom_before = driver->oom_kills(rec);
-    agent.emplace(connect(rec, *driver));
-  }
+  uint64_t oom_before = 0;
+  AgentClient agent = attach(rec, *driver, oom_before);
   ExecResult res;
   try {
-    res = agent->exec(req, io);
+    res = agent.exec(req, io);
   } catch (Error& e) {
     if (e.code() != Errc::protocol) throw;
     return agent_lost(rec, *driver, oom_before);
@@ -251,24 +244,42 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
   return res;
 }
 
-ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before) {
-  auto original = std::current_exception();
+namespace {
+constexpr const char* kAgentGone = "its agent is gone";
+}  // namespace
+
+std::optional<std::string> LocalBackend::mark_dead_if_gone(SandboxRecord& rec, Driver& driver, uint64_t oom_before) {
   // The stream closes as the sandbox dies; the process itself may take a moment longer.
   for (int i = 0; i < 50 && driver.alive(rec); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (driver.alive(rec)) std::rethrow_exception(original);  // a broken stream, not a dead sandbox
+  if (driver.alive(rec)) return std::nullopt;  // a broken stream, not a dead sandbox
   // rm or gc may be what ended it: they tear down under the sandbox's lock, and
   // a removed sandbox must stay removed. No O_CREAT, so a lock file is never
   // made again in a directory being deleted.
   Fd guard(::open((registry_.dir(rec.id) + "/lock").c_str(), O_RDWR | O_CLOEXEC));
-  if (!guard || ::flock(guard.get(), LOCK_SH) != 0) std::rethrow_exception(original);
+  if (!guard || ::flock(guard.get(), LOCK_SH) != 0) return std::nullopt;
   auto current = registry_.find(rec.id);
-  if (!current || current->id != rec.id || current->state != SandboxState::running) std::rethrow_exception(original);
-  bool oom = driver.oom_kills(rec) > oom_before;
+  if (!current || current->id != rec.id || current->state != SandboxState::running) return std::nullopt;
   rec.state = SandboxState::dead;
-  rec.error = oom ? "killed by its memory limit (" + std::to_string(rec.spec.limits.memory_mb) + " MiB)"
-                  : "its agent is gone";
+  rec.error = driver.oom_kills(rec) > oom_before
+                  ? "killed by its memory limit (" + std::to_string(rec.spec.limits.memory_mb) + " MiB)"
+                  : kAgentGone;
   registry_.save(rec);
-  if (!oom)
+  return rec.error;
+}
+
+AgentClient LocalBackend::attach(SandboxRecord& rec, Driver& driver, uint64_t& oom_before) {
+  // Shared lock: gc and rm (exclusive) wait until this call is registered with the agent.
+  Fd guard = registry_.lock(rec.id, false);
+  registry_.touch(rec.id);
+  oom_before = driver.oom_kills(rec);
+  return connect(rec, driver);
+}
+
+ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before) {
+  auto original = std::current_exception();
+  auto why = mark_dead_if_gone(rec, driver, oom_before);
+  if (!why) std::rethrow_exception(original);
+  if (*why == kAgentGone)
     throw Error(Errc::unavailable, "sandbox " + rec.id + " died while the command ran")
         .set_hint("remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes");
   ExecResult res;
@@ -461,24 +472,36 @@ std::optional<FileEntry> LocalBackend::stat(const std::string& id, const std::st
   }
 }
 
-AgentClient LocalBackend::connect_for_files(const std::string& id) {
+template <class F>
+uint64_t LocalBackend::with_files(const std::string& id, const char* what, F&& f) {
   SandboxRecord rec = registry_.get(id);
   auto driver = driver_for(rec);
-  AgentClient agent = connect(rec, *driver);
-  registry_.touch(rec.id);
-  return agent;
+  uint64_t oom_before = 0;
+  AgentClient agent = attach(rec, *driver, oom_before);
+  try {
+    return f(agent);
+  } catch (Error& e) {
+    // A sandbox that dies mid-copy shows only as a reset connection: say it died, and why.
+    if (e.code() != Errc::protocol && e.code() != Errc::io) throw;
+    auto why = mark_dead_if_gone(rec, *driver, oom_before);
+    if (!why) throw;
+    throw Error(Errc::unavailable, "sandbox " + rec.id + " died during the " + what + ": " + *why + " (" + e.what() + ")")
+        .set_hint("remove it with `sbx rm " + rec.id + "`" +
+                  (*why == kAgentGone ? std::string("; `sbx gc` collects dead sandboxes") : "; give the next one more --memory"));
+  }
 }
 
 uint64_t LocalBackend::put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) {
-  AgentClient agent = connect_for_files(id);
-  auto sink = sandbox_sink(agent, target);
-  return transfer(source, *sink, max_bytes);
+  return with_files(id, "copy into it", [&](AgentClient& agent) {
+    auto sink = sandbox_sink(agent, target);
+    return transfer(source, *sink, max_bytes);
+  });
 }
 
 uint64_t LocalBackend::get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) {
-  AgentClient agent = connect_for_files(id);
-  auto source = sandbox_source(agent, path);
-  return transfer(*source, sink, max_bytes);
+  return with_files(id, "copy out of it", [&](AgentClient& agent) {
+    auto source = sandbox_source(agent, path);
+    return transfer(*source, sink, max_bytes);
+  });
 }
-
 }  // namespace sbx

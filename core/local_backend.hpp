@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/backend.hpp"
@@ -46,11 +47,18 @@ class LocalBackend : public Backend {
   std::unique_ptr<Driver> driver_for(const SandboxRecord& rec);
   /// A running sandbox's record and an agent connection, or a clear error.
   AgentClient connect(SandboxRecord& rec, Driver& driver);
+  /// connect() under the sandbox's shared lock, as an exec or copy starts; also
+  /// reads the OOM-kill count that tells later whether the memory cap ended it.
+  AgentClient attach(SandboxRecord& rec, Driver& driver, uint64_t& oom_before);
   /// Called in a handler for a stream that broke mid-exec: when the sandbox is gone, records
   /// it dead and reports an OOM kill that took it down; else rethrows.
   ExecResult agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before);
   /// An agent connection of a running sandbox for a file transfer (marks it used).
-  AgentClient connect_for_files(const std::string& id);
+  /// Runs a file transfer `f(agent)`; a sandbox that died during it is marked dead and named.
+  template <class F>
+  uint64_t with_files(const std::string& id, const char* what, F&& f);
+  /// After a broken agent stream: if the sandbox is gone, records it dead and returns why.
+  std::optional<std::string> mark_dead_if_gone(SandboxRecord& rec, Driver& driver, uint64_t oom_before);
   /// Tears down one sandbox under its exclusive lock.
   void destroy(const SandboxRecord& rec);
   /// create, for the process `one_shot` names (none: a sandbox that stays).

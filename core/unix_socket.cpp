@@ -48,4 +48,15 @@ Fd listen_unix(const std::string& path) {
   return s;
 }
 
+void send_all(int sock, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::send(sock, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw sys_error("write failed", errno);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
 }  // namespace sbx

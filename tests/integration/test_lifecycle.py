@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -151,6 +152,45 @@ def test_dead_sandbox_reported_and_collected(gc_sbx, make_sandbox, driver):
     assert sid not in gc_sbx.ls_ids()
     assert not os.path.exists(gc_sbx.sandbox_dir(sid))
     assert not [d for d in gc_sbx.cgroup_dirs(sid) if os.path.isdir(d)]
+
+
+@pytest.mark.only_drivers("subprocess", "runsc", "microvm")
+def test_sandbox_dying_mid_copy_is_named(gc_sbx, make_sandbox, driver):
+    # A copy whose sandbox dies under it once ended with "Broken pipe" (or a
+    # silent exit 141 from SIGPIPE): it must say that the sandbox died, and why.
+    sid = make_sandbox(driver=driver, runner=gc_sbx)
+    pid = gc_sbx.record(sid)["agent_pid"]
+    writer = subprocess.Popen([sys.executable, "-c", SLOW_TAR], stdout=subprocess.PIPE)
+    cp = subprocess.Popen(gc_sbx.argv("cp", "-", f"{sid}:/work/"), stdin=writer.stdout,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=gc_sbx.env())
+    writer.stdout.close()
+    time.sleep(1.5)
+    os.kill(pid, signal.SIGKILL)
+    out, err = cp.communicate(timeout=60)
+    writer.kill()
+    writer.wait()
+    err = err.decode()
+    assert cp.returncode == 125, (cp.returncode, err)
+    assert f"sandbox {sid} died during the copy into it: its agent is gone" in err, err
+    assert gc_sbx.record(sid)["state"] == "dead"
+
+
+# A tar stream of one 64 MiB file that trickles out (so the copy is still
+# running when the test kills the sandbox), and stops quietly on a closed pipe.
+SLOW_TAR = """
+import io, sys, tarfile, time
+class Slow(io.RawIOBase):
+    n = 0
+    def readinto(self, b):
+        if self.n >= 64 << 20: return 0
+        time.sleep(0.01); k = min(len(b), 65536); b[:k] = b"x" * k; self.n += k; return k
+try:
+    t = tarfile.open(fileobj=sys.stdout.buffer, mode="w|")
+    info = tarfile.TarInfo("big"); info.size = 64 << 20
+    t.addfile(info, Slow())
+except (BrokenPipeError, OSError):
+    pass
+"""
 
 
 @subprocess_only
