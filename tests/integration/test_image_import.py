@@ -185,7 +185,7 @@ def test_hostile_archive_is_refused(sbx, tmp_path, images_dir, kind):
     r = _import(sbx, archive, "--name", "hostile")
     assert r.rc != 0, r
     assert entry in r.err and diff_id in r.err, r  # names the entry and the layer
-    assert "Traceback" not in r.err and "internal" not in r.err.lower(), r
+    assert "sbx: hint:" in r.err, r  # says what to do
     # Nothing was written outside, and no half-imported image is left behind.
     assert sorted(os.listdir(outside)) == ["secret"]
     assert (outside / "secret").read_text() == "planted\n"
