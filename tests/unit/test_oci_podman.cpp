@@ -103,7 +103,8 @@ TEST_CASE("oci: podman-saved images unpack (docker-archive, oci-archive, oci-dir
       CHECK(c.labels["org.example"] == "yes");
     }
     CHECK(c.cmd == std::vector<std::string>{"/bin/sh"});
-    // The tree runs: busybox through its applet link, chrooted into it.
+    // The tree runs: busybox through its applet link, chrooted into it (as root).
+    if (::geteuid() != 0) continue;
     int rc = sh("chroot " + out + " /bin/sh -c 'echo hi from the image'", t / "chroot.log");
     CHECK(rc == 0);
     CHECK(read_text(t / "chroot.log") == "hi from the image\n");
