@@ -72,4 +72,14 @@ const MhdApi& mhd_api() {
   });
 }
 
+const CryptoApi& crypto_api() {
+  return load_once<CryptoApi>([](CryptoApi& api) {
+    void* lib = open_library("libcrypto.so.3", "libssl3");
+#define SBX_RESOLVE(name) resolve(lib, "libcrypto.so.3", #name, api.name);
+    SBX_RESOLVE(EVP_MD_CTX_new) SBX_RESOLVE(EVP_MD_CTX_free) SBX_RESOLVE(EVP_sha256) SBX_RESOLVE(EVP_DigestInit_ex)
+    SBX_RESOLVE(EVP_DigestUpdate) SBX_RESOLVE(EVP_DigestFinal_ex)
+#undef SBX_RESOLVE
+  });
+}
+
 }  // namespace sbx

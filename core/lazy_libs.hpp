@@ -6,6 +6,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <stddef.h>
 // curl.h turns curl_easy_setopt into a type-checking macro under GCC, which
 // would also expand `api.curl_easy_setopt(...)`; the function table needs the plain names.
 #define CURL_DISABLE_TYPECHECK 1
@@ -19,20 +20,30 @@ namespace sbx {
 #define SBX_ARCHIVE_FUNCTIONS(X) \
   X(archive_entry_filetype) \
   X(archive_entry_free) \
+  X(archive_entry_gid) \
   X(archive_entry_hardlink) \
+  X(archive_entry_hardlink_utf8) \
   X(archive_entry_mtime) \
+  X(archive_entry_mtime_nsec) \
   X(archive_entry_new) \
   X(archive_entry_pathname) \
+  X(archive_entry_pathname_utf8) \
   X(archive_entry_perm) \
   X(archive_entry_set_filetype) \
+  X(archive_entry_set_gid) \
+  X(archive_entry_set_hardlink) \
   X(archive_entry_set_mtime) \
   X(archive_entry_set_pathname) \
   X(archive_entry_set_perm) \
+  X(archive_entry_set_rdev) \
   X(archive_entry_set_size) \
   X(archive_entry_set_symlink) \
+  X(archive_entry_set_uid) \
   X(archive_entry_size) \
   X(archive_entry_size_is_set) \
   X(archive_entry_symlink) \
+  X(archive_entry_symlink_utf8) \
+  X(archive_entry_uid) \
   X(archive_errno) \
   X(archive_error_string) \
   X(archive_read_data) \
@@ -45,9 +56,17 @@ namespace sbx {
   X(archive_read_free) \
   X(archive_read_new) \
   X(archive_read_next_header) \
+  X(archive_read_open) \
   X(archive_read_open_fd) \
   X(archive_read_support_filter_all) \
+  X(archive_read_support_filter_gzip) \
+  X(archive_read_support_filter_xz) \
+  X(archive_read_support_filter_zstd) \
   X(archive_read_support_format_all) \
+  X(archive_read_support_format_raw) \
+  X(archive_read_support_format_tar) \
+  X(archive_write_add_filter_gzip) \
+  X(archive_write_add_filter_zstd) \
   X(archive_write_close) \
   X(archive_write_data) \
   X(archive_write_disk_new) \
@@ -101,5 +120,20 @@ struct MhdApi {
 
 /// Loads libmicrohttpd once; throws unavailable with an install hint.
 const MhdApi& mhd_api();
+
+/// The SHA-256 functions of libcrypto (OpenSSL 3's EVP API, ABI-stable), used to
+/// verify image blobs. Declared here rather than through <openssl/evp.h> so a
+/// build needs no libssl-dev: the library itself ships with libcurl4.
+struct CryptoApi {
+  void* (*EVP_MD_CTX_new)() = nullptr;
+  void (*EVP_MD_CTX_free)(void* ctx) = nullptr;
+  const void* (*EVP_sha256)() = nullptr;
+  int (*EVP_DigestInit_ex)(void* ctx, const void* md, void* engine) = nullptr;
+  int (*EVP_DigestUpdate)(void* ctx, const void* data, size_t n) = nullptr;
+  int (*EVP_DigestFinal_ex)(void* ctx, unsigned char* out, unsigned int* n) = nullptr;
+};
+
+/// Loads libcrypto.so.3 once; throws unavailable with an install hint.
+const CryptoApi& crypto_api();
 
 }  // namespace sbx
