@@ -21,7 +21,9 @@ std::string short_id(const std::string& id) { return id.substr(0, 7 + 12); }
 std::string age(int64_t created_ms) {
   using namespace std::chrono;
   auto now = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-  return created_ms ? format_duration_ms(static_cast<uint64_t>(std::max<int64_t>(0, now - created_ms))) + " ago" : "?";
+  // Whole seconds: a table has no room for "43.995s".
+  uint64_t s = static_cast<uint64_t>(std::max<int64_t>(0, now - created_ms)) / 1000;
+  return created_ms ? format_duration_ms(s * 1000) + " ago" : "?";
 }
 
 std::string source_of(const images::Image& img) {

@@ -67,7 +67,8 @@ std::optional<std::string> entry_of(const std::string& rootfs) {
 
 std::string store_of(const std::string& image_dir) { return image_dir.substr(0, image_dir.find_last_of('/')); }
 
-// Apparent size of a tree, each inode once (a rootfs has hard links), not crossing mounts.
+// Apparent size of a tree's files (not its directories), each inode once (a
+// rootfs has hard links), not crossing mounts.
 uint64_t tree_size(const std::string& root) {
   uint64_t total = 0;
   std::set<std::pair<dev_t, ino_t>> seen;
@@ -81,8 +82,11 @@ uint64_t tree_size(const std::string& root) {
       std::string p = dir + "/" + n;
       struct stat st {};
       if (::lstat(p.c_str(), &st) != 0 || st.st_dev != top.st_dev) continue;
-      if (S_ISDIR(st.st_mode)) todo.push_back(p);
-      if (st.st_nlink > 1 && !S_ISDIR(st.st_mode) && !seen.insert({st.st_dev, st.st_ino}).second) continue;
+      if (S_ISDIR(st.st_mode)) {
+        todo.push_back(p);
+        continue;
+      }
+      if (st.st_nlink > 1 && !seen.insert({st.st_dev, st.st_ino}).second) continue;
       total += static_cast<uint64_t>(st.st_size);
     }
   }
@@ -364,6 +368,9 @@ std::string resolve(const std::string& ref, const std::string& driver, const Con
 }
 
 void add_user(const std::string& rootfs, const std::string& sandbox_id, const std::string& sandbox_dir) {
+  if (rootfs.empty()) return;
+  if (!is_dir(rootfs))
+    throw Error(Errc::not_found, "the image at " + rootfs + " was removed").set_hint("see `sbx image ls`");
   auto dir = entry_of(rootfs);
   if (!dir) return;
   Fd guard = store_lock(store_of(*dir), false);
