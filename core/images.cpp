@@ -352,14 +352,32 @@ std::vector<GcAction> Store::gc(bool dry_run, const std::string& apt_cache) {
 
 Store store_for(const Config& cfg) { return Store(cfg.images_dir); }
 
+namespace {
+// What resolve needs on every create: the rootfs a name or full id points at,
+// without parsing image.json or listing names (a create must stay cheap).
+std::optional<std::string> quick_rootfs(const std::string& store, const std::string& ref) {
+  std::string hex;
+  if (ref.find('/') == std::string::npos && ref[0] != '.')
+    if (auto t = read_file_if_exists(store + "/names/" + ref)) hex = hex_of(trim(*t));
+  if (hex.empty() && hex_of(ref).size() == 64 && is_hex(hex_of(ref))) hex = hex_of(ref);
+  if (hex.empty()) return std::nullopt;
+  std::string dir = store + "/" + hex;
+  if (!is_dir(dir + "/rootfs") || !path_exists(dir + "/image.json")) return std::nullopt;
+  return dir + "/rootfs";
+}
+}  // namespace
+
 std::string resolve(const std::string& ref, const std::string& driver, const Config& cfg, const DriverTable& drivers) {
   if (ref == kHostView) return "";
   // A path: a directory of the caller's (normalize_spec checks it is absolute and there).
   if (ref.find('/') != std::string::npos) return ref;
-  if (!ref.empty()) return store_for(cfg).get(ref).rootfs;
+  if (!ref.empty()) {
+    if (auto rootfs = quick_rootfs(cfg.images_dir, ref)) return *rootfs;
+    return store_for(cfg).get(ref).rootfs;  // an id prefix, or not there: get() says which
+  }
   auto* info = find_driver(drivers, driver);
   if (!info || !info->default_image || cfg.default_image == kHostView) return "";
-  if (auto img = store_for(cfg).find(cfg.default_image)) return img->rootfs;
+  if (auto rootfs = quick_rootfs(cfg.images_dir, cfg.default_image)) return *rootfs;
   auto origin = cfg.origin.find("defaults.image");
   // The built-in default not built yet: the host view, as before images existed (doctor says so).
   if (origin == cfg.origin.end() || origin->second == "default") return "";
