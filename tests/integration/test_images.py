@@ -17,6 +17,8 @@ import tempfile
 import pytest
 
 from conftest import skip_or_fail
+from manager_fixtures import assert_error
+from manager_fixtures import managers, manager_root  # noqa: F401 (fixtures)
 
 RECIPE_PACKAGES = "python3-numpy"
 NAME = "sbxit-numpy"
@@ -204,6 +206,23 @@ def test_build_errors_are_clear_and_leave_nothing(sbx, numpy_image, img_env, sto
             "image", "build", "sbxit-user", "--packages", "curl")], capture_output=True, text=True,
             env=sbx.env({**img_env, "HOME": "/nonexistent", "SBX_CONFIG": "/dev/null"}), timeout=60)
         assert r.returncode != 0 and "needs root" in r.stderr, r.stderr
+
+
+def test_the_api_names_images_of_the_store(managers, numpy_image, store):
+    # The manager's store is named in its config (images.dir); the API names images, never paths.
+    m = managers.new("images", f"images:\n  dir: {store}\nserver:\n  reap_interval: 1h\n")
+    sid = m.create({"image": NAME, "network": "none"})["id"]
+    try:
+        r = m.exec(sid, ["python", "-c", "import numpy; print(numpy.__name__)"])
+        assert r["stdout"] == "numpy\n", r
+    finally:
+        m.delete(sid)
+    err = assert_error(m.request("POST", "/v1/sandboxes", {"image": "no-such-image", "network": "none"}), 400,
+                       "invalid_argument")
+    assert NAME in err.get("hint", ""), err
+    assert_error(m.request("POST", "/v1/sandboxes", {"image": f"{store}/{numpy_image[0][7:]}/rootfs"}), 400)
+    sid = m.create({"image": "host", "network": "none"})["id"]
+    m.delete(sid)
 
 
 def test_removing_the_last_name_removes_the_image(sbx, numpy_image, img_env, store):
