@@ -23,7 +23,8 @@ void add_spec_flags(CLI::App* sub, SpecFlags& f) {
   sub->add_option("--name", f.name, "a name to use instead of the id (unique; a-z, 0-9, _ . -)")->type_name("NAME");
   sub->add_option("--driver", f.driver, "driver: subprocess, runsc, microvm, deno, remote (default: fallback chain)")
       ->type_name("NAME");
-  sub->add_option("--image", f.image, "directory root filesystem used as the read-only base")->type_name("DIR");
+  sub->add_option("--image", f.image, "read-only base: an image name or id (sbx image ls), host for the host view, or a directory (default: defaults.image)")
+      ->type_name("IMAGE");
   sub->add_option("--memory", f.memory, "memory cap, e.g. 256M (default 512M)")->type_name("SIZE");
   sub->add_option("--pids", f.pids, "maximum number of processes (default 256)")->type_name("N");
   sub->add_option("--cpus", f.cpus, "CPU cap in cores, e.g. 0.5 (default 1)")->type_name("N");

@@ -8,6 +8,8 @@
 #include "backends/drivers.hpp"
 #include "cli/common.hpp"
 #include "core/fsutil.hpp"
+#include "core/images.hpp"
+#include "core/units.hpp"
 #include "remote/backend.hpp"
 #include "remote/probe.hpp"
 
@@ -27,6 +29,34 @@ Probe state_root_probe(const Config& cfg) {
     make_dirs(cfg.state_dir, 0711);
     p.ok = ::access(cfg.state_dir.c_str(), W_OK) == 0;
     p.detail = p.ok ? "writable" : "not writable";
+  } catch (const Error& e) {
+    p.detail = e.what();
+  }
+  return p;
+}
+
+// The image sandboxes get when they name none: built or not. Advisory: without
+// the built-in default, subprocess and runsc sandboxes see the host's /usr.
+Probe default_image_probe(const Config& cfg) {
+  const std::string& name = cfg.default_image;
+  Probe p{false, "default image " + name, "", "run sbx image build " + name, true};
+  if (name == images::kHostView) {
+    p.ok = true;
+    p.detail = "the host view (defaults.image is host)";
+    return p;
+  }
+  try {
+    auto store = images::store_for(cfg);
+    if (auto img = store.find(name)) {
+      p.ok = true;
+      p.detail = img->id.substr(0, 19) + ", " + format_size(img->meta.value("size", uint64_t{0})) + ", in " + store.dir();
+    } else {
+      auto origin = cfg.origin.find("defaults.image");
+      // The built-in default missing costs packages; a configured one missing fails every create.
+      p.advisory = origin == cfg.origin.end() || origin->second == "default";
+      p.detail = "not built (in " + store.dir() + ")" +
+                 (p.advisory ? ": sandboxes get the host view" : ": creating a sandbox fails until it is");
+    }
   } catch (const Error& e) {
     p.detail = e.what();
   }
@@ -133,6 +163,7 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
     ::uname(&u);
     std::vector<Probe> host{state_root_probe(cfg)};
     host.push_back({true, "kernel", std::string(u.sysname) + " " + u.release + " " + u.machine, ""});
+    host.push_back(default_image_probe(cfg));
     report["version"] = SBX_VERSION;
     report["config_file"] = cfg.config_file;
     report["origin"] = cfg.origin;

@@ -10,6 +10,16 @@ _sbx_global_opts="--config --state-dir -h --help"
 _sbx_create_opts="--name --driver --image --memory --pids --cpus --disk --network
     --idle-timeout --ttl --persistent -e --env -l --label -w --workdir --allow"
 
+# Names of stored images, and `host`; honours --config/--state-dir already on the line.
+_sbx_images()
+{
+    local sbx=sbx
+    [[ $1 == */* && -x $1 ]] && sbx=$1
+    "$sbx" image ls --json "${_sbx_ctx[@]}" 2>/dev/null |
+        sed -n 's/^ *"names": \[ *"\([^"]*\)".*/\1/p'
+    echo host
+}
+
 # Ids of existing sandboxes; honours --config/--state-dir already on the line.
 _sbx_ids()
 {
@@ -61,7 +71,8 @@ _sbx()
             --name | --driver | --image | --memory | --pids | --cpus | --disk | \
             --network | --idle-timeout | --ttl | -e | --env | -l | --label | \
             -w | --workdir | --timeout | --max-size | --filter | --listen | \
-            --tls-cert | --tls-key | --log-format | --api-key-file | --allow)
+            --tls-cert | --tls-key | --log-format | --api-key-file | --allow | \
+            --packages | --suite | --file | --ref)
                 ((i++)) ;;
             -f) [[ $sub == ls ]] && ((i++)) ;;
             -*) ;;
@@ -77,8 +88,15 @@ _sbx()
         --config | --tls-cert | --tls-key | --api-key-file)
             _filedir 2>/dev/null || COMPREPLY=($(compgen -f -- "$cur"))
             return ;;
-        --state-dir | --image)
+        --state-dir)
             _filedir -d 2>/dev/null || COMPREPLY=($(compgen -d -- "$cur"))
+            return ;;
+        --image)
+            COMPREPLY=($(compgen -W "$(_sbx_images "${words[0]}")" -- "$cur"))
+            [[ $cur == */* || $cur == .* ]] && COMPREPLY+=($(compgen -d -- "$cur"))
+            return ;;
+        --file)
+            _filedir 'y?(a)ml' 2>/dev/null || COMPREPLY=($(compgen -f -- "$cur"))
             return ;;
         --driver)
             COMPREPLY=($(compgen -W "$_sbx_drivers" -- "$cur"))
@@ -100,7 +118,8 @@ _sbx()
             fi
             ;;
         --name | --memory | --disk | --max-size | --pids | --cpus | --idle-timeout | \
-        --ttl | --timeout | -e | --env | -l | --label | -w | --workdir | --listen | --allow)
+        --ttl | --timeout | -e | --env | -l | --label | -w | --workdir | --listen | --allow | \
+        --packages | --suite | --ref)
             return ;;
         -f | --filter)
             if [[ $sub == ls ]]; then
@@ -127,7 +146,7 @@ _sbx()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$_sbx_global_opts --version" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool" -- "$cur"))
+                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image" -- "$cur"))
             fi
             return ;;
         create) opts=$_sbx_create_opts ;;
@@ -146,6 +165,14 @@ _sbx()
             case ${pos[0]} in
                 status) opts="--json" ;;
                 drain) opts="--driver" ;;
+            esac
+            ;;
+        image)
+            case ${pos[0]} in
+                build) opts="--packages --suite --file" ;;
+                import) opts="--name --ref" ;;
+                ls) opts="--json" ;;
+                gc) opts="--dry-run --json" ;;
             esac
             ;;
         *) return ;;
@@ -168,6 +195,15 @@ _sbx()
             ;;
         pool)
             ((npos == 0)) && COMPREPLY=($(compgen -W "fill status drain" -- "$cur"))
+            ;;
+        image)
+            if ((npos == 0)); then
+                COMPREPLY=($(compgen -W "build import ls inspect rm gc" -- "$cur"))
+            elif [[ ${pos[0]} == inspect || ${pos[0]} == rm ]]; then
+                COMPREPLY=($(compgen -W "$(_sbx_images "${words[0]}" | grep -vx host)" -- "$cur"))
+            elif [[ ${pos[0]} == import ]]; then
+                _filedir 2>/dev/null || COMPREPLY=($(compgen -f -- "$cur"))
+            fi
             ;;
         rm)
             local id

@@ -2,7 +2,7 @@
 # tests/check_docs_in_step.py keeps them in step.
 # Install as ~/.config/fish/completions/sbx.fish or into $fish_complete_path.
 
-set -l commands create exec cp ls rm gc doctor serve pool
+set -l commands create exec cp ls rm gc doctor serve pool image
 
 function __sbx_drivers
     printf '%s\t%s\n' \
@@ -11,6 +11,12 @@ function __sbx_drivers
         microvm 'KVM micro-VM' \
         deno 'Deno sandbox' \
         remote 'remote sandbox manager'
+end
+
+# Names of stored images, and `host` (the host view).
+function __sbx_images
+    sbx image ls --json 2>/dev/null | string replace -rf '^ *"names": \[ *"([^"]*)".*' '$1'
+    printf '%s\t%s\n' host 'The host view'
 end
 
 # Ids of existing sandboxes; honours --config/--state-dir already on the line.
@@ -42,7 +48,8 @@ function __sbx_args
         switch $t
             case --config --state-dir --name --driver --image --memory --pids --cpus --disk --network \
                 --idle-timeout --ttl -e --env -l --label -w --workdir --timeout --max-size --filter \
-                --listen --tls-cert --tls-key --log-format --api-key-file --allow
+                --listen --tls-cert --tls-key --log-format --api-key-file --allow --packages --suite \
+                --file --ref
                 set skip 1
             case -f
                 test "$sub" = ls; and set skip 1
@@ -106,11 +113,12 @@ complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Remove 
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a doctor -d 'Check which drivers can run'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a serve -d 'Run the sandbox manager'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a pool -d 'Fill, show or drain the warm pool'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a image -d 'Build, import, list and remove images'
 
 # create (and exec --rm).
 set -l c '__fish_seen_subcommand_from create exec'
 complete -c sbx -n $c -l driver -x -a '(__sbx_drivers)' -d 'Driver'
-complete -c sbx -n $c -l image -x -a '(__fish_complete_directories)' -d 'Root filesystem directory (read-only base)'
+complete -c sbx -n $c -l image -x -a '(__sbx_images; __fish_complete_directories)' -d 'Read-only base: image, host or directory'
 complete -c sbx -n $c -l memory -x -d 'Memory cap, e.g. 256M (default 512M)'
 complete -c sbx -n $c -l name -x -d 'A name to use instead of the id (unique)'
 complete -c sbx -n $c -l pids -x -d 'Maximum number of processes (default 256)'
@@ -140,19 +148,19 @@ complete -c sbx -n "$p; and __sbx_cp_wants_arg" -a - -d 'Tar stream on stdin/std
 complete -c sbx -n "$p; and __sbx_cp_wants_arg; and not string match -q -- '*:*' (commandline -ct)" -F
 
 # ls.
-set -l l '__fish_seen_subcommand_from ls'
+set -l l '__fish_seen_subcommand_from ls; and not __fish_seen_subcommand_from image'
 complete -c sbx -n $l -l json -d 'JSON array of records'
 complete -c sbx -n $l -s q -l quiet -d 'Ids only'
 complete -c sbx -n $l -s f -l filter -x -a '(__sbx_filters)' -d 'driver=NAME, state=STATE, label:KEY=VALUE'
 
 # rm.
-set -l r '__fish_seen_subcommand_from rm'
+set -l r '__fish_seen_subcommand_from rm; and not __fish_seen_subcommand_from image'
 complete -c sbx -n $r -s f -l force -d 'No error for ids that do not exist'
 complete -c sbx -n $r -l all -d 'Every sandbox'
 complete -c sbx -n $r -a '(__sbx_ids)' -d 'Sandbox'
 
 # gc.
-set -l g '__fish_seen_subcommand_from gc'
+set -l g '__fish_seen_subcommand_from gc; and not __fish_seen_subcommand_from image'
 complete -c sbx -n $g -l dry-run -d 'List what would be done, change nothing'
 complete -c sbx -n $g -l json -d 'JSON report'
 
@@ -182,3 +190,22 @@ complete -c sbx -n "$p; and not __fish_seen_subcommand_from fill status drain" -
 complete -c sbx -n "$p; and not __fish_seen_subcommand_from fill status drain" -a 'drain' -d 'Remove the unclaimed pooled sandboxes'
 complete -c sbx -n "$p; and __fish_seen_subcommand_from status" -l json -d 'JSON array, one object per driver'
 complete -c sbx -n "$p; and __fish_seen_subcommand_from drain" -l driver -x -a '(__sbx_drivers)' -d 'Only this driver\'s pool'
+
+# image.
+set -l im '__fish_seen_subcommand_from image'
+set -l imsubs build import ls inspect rm gc
+complete -c sbx -n "$im; and not __fish_seen_subcommand_from $imsubs" -a build -d 'Build a Debian image with mmdebstrap'
+complete -c sbx -n "$im; and not __fish_seen_subcommand_from $imsubs" -a import -d 'Import an OCI image'
+complete -c sbx -n "$im; and not __fish_seen_subcommand_from $imsubs" -a ls -d 'List images'
+complete -c sbx -n "$im; and not __fish_seen_subcommand_from $imsubs" -a inspect -d 'Show an image\'s record'
+complete -c sbx -n "$im; and not __fish_seen_subcommand_from $imsubs" -a rm -d 'Remove images or names'
+complete -c sbx -n "$im; and not __fish_seen_subcommand_from $imsubs" -a gc -d 'Remove unused images and caches'
+complete -c sbx -n "$im; and __fish_seen_subcommand_from build" -l packages -x -d 'Debian packages to install'
+complete -c sbx -n "$im; and __fish_seen_subcommand_from build" -l suite -x -a 'bookworm trixie' -d 'Debian suite (default bookworm)'
+complete -c sbx -n "$im; and __fish_seen_subcommand_from build" -l file -r -F -d 'Recipe file (YAML)'
+complete -c sbx -n "$im; and __fish_seen_subcommand_from import" -l name -x -d 'Name the imported image'
+complete -c sbx -n "$im; and __fish_seen_subcommand_from import" -l ref -x -d 'Which image of the archive'
+complete -c sbx -n "$im; and __fish_seen_subcommand_from import" -F
+complete -c sbx -n "$im; and __fish_seen_subcommand_from ls gc" -l json -d 'JSON output'
+complete -c sbx -n "$im; and __fish_seen_subcommand_from gc" -l dry-run -d 'List what would be removed'
+complete -c sbx -n "$im; and __fish_seen_subcommand_from inspect rm" -a '(__sbx_images | string match -v "host*")'

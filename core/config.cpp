@@ -31,9 +31,10 @@ const std::vector<std::string> kTopKeys = {
     "use_remote_sandbox", "remote_sandbox_backend", "local_sandbox_backend", "sandbox_manager_url",
     "admin_api_key",      "admin_api_key_file",     "state_dir",             "uid_base",
     "cp_max_size",        "defaults",               "server",                "pool",
-    "network"};
+    "network",            "images"};
 const std::vector<std::string> kDefaultsKeys = {"memory", "pids", "cpus", "disk",
-                                                "network", "idle_timeout", "ttl"};
+                                                "network", "idle_timeout", "ttl", "image"};
+const std::vector<std::string> kImagesKeys = {"dir", "apt_cache"};
 const std::vector<std::string> kServerKeys = {"listen",  "tls_cert", "tls_key", "log_format",
                                               "api_keys", "max_sandboxes_per_key", "max_execs_per_key",
                                               "reap_interval", "drain_timeout", "default_network", "images"};
@@ -114,12 +115,16 @@ void collect(const YAML::Node& map, const std::string& prefix, const std::vector
     if (!seen.insert(key).second)
       throw Error(Errc::invalid_argument, "key '" + key + "' appears twice in " + file + " (line " +
                                               std::to_string(line) + ")");
-    if (key == "defaults" || key == "server" || key == "network") {
+    if (key == "defaults" || key == "server" || key == "network" || key == "images") {
       if (kv.second.IsNull()) continue;
       if (!kv.second.IsMap())
         throw Error(Errc::invalid_argument, "'" + key + "' in " + at + " must be a mapping of keys");
-      collect(kv.second, key + ".", key == "server" ? kServerKeys : key == "network" ? kNetworkKeys : kDefaultsKeys, file,
-              out, seen);
+      collect(kv.second, key + ".",
+              key == "server"    ? kServerKeys
+              : key == "network" ? kNetworkKeys
+              : key == "images"  ? kImagesKeys
+                                 : kDefaultsKeys,
+              file, out, seen);
       continue;
     }
     if (key == "pool") {
@@ -344,6 +349,40 @@ void set_defaults(Config& c, const Resolver& r) {
         [&](const Setting& s) { c.default_network = choose(s, "network mode", {"none", "jail"}); });
   apply("defaults.idle_timeout", [&](const Setting& s) { c.default_idle_timeout_s = duration_s(s); });
   apply("defaults.ttl", [&](const Setting& s) { c.default_ttl_s = duration_s(s); });
+  apply("defaults.image", [&](const Setting& s) {
+    // A name (or "host"); a path here would bypass the store and the API's rule that images are names.
+    if (s.text.empty() || s.text.find('/') != std::string::npos)
+      throw Error(Errc::invalid_argument, s.label + ": '" + s.text + "' is not an image name")
+          .set_hint("name an image of `sbx image ls`, or host for the host view");
+    c.default_image = s.text;
+  });
+}
+
+// Where images and the .debs they are built from live: shared by every state
+// root of the host (test roots too), so one `sbx image build` serves them all.
+void set_image_dirs(Config& c, const ConfigInputs& in, const Resolver& r) {
+  auto absolute = [](const Setting& s) {
+    if (s.text.empty() || s.text.front() != '/')
+      throw Error(Errc::invalid_argument, s.label + ": '" + s.text + "' is not an absolute path")
+          .set_hint("give a path starting with /");
+    std::string d = s.text;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    return d;
+  };
+  bool home_ok = !in.home.empty() && in.home[0] == '/';
+  c.origin["images.dir"] = c.origin["images.apt_cache"] = "default";
+  if (auto s = r.pick("SBX_IMAGES_DIR", "images.dir")) {
+    c.images_dir = absolute(*s);
+    c.origin["images.dir"] = s->origin;
+  } else {
+    c.images_dir = in.is_root || !home_ok ? "/var/lib/sbx/images" : in.home + "/.local/share/sbx/images";
+  }
+  if (auto s = r.from_file("images.apt_cache")) {
+    c.apt_cache_dir = absolute(*s);
+    c.origin["images.apt_cache"] = s->origin;
+  } else {
+    c.apt_cache_dir = in.is_root || !home_ok ? "/var/cache/sbx/apt" : in.home + "/.cache/sbx/apt";
+  }
 }
 
 // The server section: scalars, then the api_keys entries (numbered by parse order).
@@ -493,7 +532,7 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
   for (const char* k : {"use_remote_sandbox", "remote_sandbox_backend", "local_sandbox_backend",
                         "sandbox_manager_url", "admin_api_key", "state_dir", "driver", "config_file",
                         "uid_base", "cp_max_size", "defaults.memory", "defaults.pids", "defaults.cpus",
-                        "defaults.disk", "defaults.network", "defaults.idle_timeout", "defaults.ttl", "network.pool",
+                        "defaults.disk", "defaults.network", "defaults.idle_timeout", "defaults.ttl", "defaults.image", "network.pool",
                         "network.dns"})
     c.origin[k] = "default";
 
@@ -555,6 +594,7 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
     c.origin["cp_max_size"] = s->origin;
   }
   set_defaults(c, r);
+  set_image_dirs(c, in, r);
   set_server(c, r);
   set_pool(c, r, file_keys);
   set_images(c, r, file_keys);

@@ -52,6 +52,11 @@ struct Config {
   uint64_t default_idle_timeout_s = 600;  ///< ephemeral sandboxes idle this long are collected
   uint64_t default_ttl_s = 0;             ///< 0 = no TTL
   std::string default_network = "none";
+  /// defaults.image: the image of sandboxes that name none ("host" = the host view).
+  /// The built-in "default" not being built means the host view; doctor says so.
+  std::string default_image = "default";
+  std::string images_dir;                 ///< SBX_IMAGES_DIR > images.dir > /var/lib/sbx/images (root) or ~/.local/share/sbx/images
+  std::string apt_cache_dir;              ///< images.apt_cache > /var/cache/sbx/apt (root) or ~/.cache/sbx/apt: .debs kept between builds
   std::string net_pool = "10.213.0.0/16"; ///< network.pool / SBX_NET_POOL: where jails' /30 links come from
   std::string net_dns;                    ///< network.dns / SBX_NET_DNS: jails' DNS upstream; empty = the host's first
 

@@ -75,6 +75,9 @@ struct DriverInfo {
   std::unique_ptr<Driver> (*make)(const Config& cfg);
   /// Whether --network jail works on this driver (deno has no network at all).
   bool network_jail = false;
+  /// Whether sandboxes that name no image get the configured default image
+  /// (defaults.image); otherwise the driver's own base (deno's SQLite files).
+  bool default_image = false;
 };
 
 using DriverTable = std::vector<DriverInfo>;

@@ -13,6 +13,7 @@
 #include <fmt/core.h>
 
 #include "core/error.hpp"
+#include "core/images.hpp"
 #include "core/netaddr.hpp"
 #include "core/pinned_pid.hpp"
 #include "core/units.hpp"
@@ -38,6 +39,12 @@ void check_cpus_fit_host(double cpus) {
   throw Error(Errc::invalid_argument, fmt::format("--cpus {:g} is more than this host's {} core{}", cpus, cores,
                                                   cores == 1 ? "" : "s"))
       .set_hint(fmt::format("ask for at most {} (limits.cpus in the API)", cores));
+}
+
+// The end of a sandbox's record, and of its claim on its image.
+void forget(Registry& registry, const SandboxRecord& rec) {
+  registry.remove(rec.id);
+  images::drop_user(rec.spec.image, rec.id);
 }
 }  // namespace
 
@@ -81,7 +88,7 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
       throw Error(Errc::invalid_argument, "image must be an absolute path, not '" + spec.image + "'");
     if (::stat(spec.image.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw Error(Errc::not_found, "image directory " + spec.image + " does not exist")
-          .set_hint("build one with examples/build-debian-rootfs.sh");
+          .set_hint("give an image of `sbx image ls` by name, or a root directory that exists");
   }
   for (auto& [k, v] : spec.env)
     if (!valid_env_key(k)) throw Error(Errc::invalid_argument, "invalid environment variable name '" + k + "'");
@@ -106,7 +113,10 @@ SandboxRecord LocalBackend::create(const SandboxSpec& in, const Progress& progre
 }
 
 SandboxRecord LocalBackend::create_for(const SandboxSpec& in, const Progress& progress, const OneShotClient& one_shot) {
-  SandboxSpec spec = normalize_spec(in, cfg_, drivers_);
+  SandboxSpec spec = in;
+  // A name (or none: the default image) becomes the rootfs directory drivers take.
+  spec.image = images::resolve(in.image, in.driver, cfg_, drivers_);
+  spec = normalize_spec(std::move(spec), cfg_, drivers_);
   SandboxRecord probe_rec;
   probe_rec.spec = spec;
   auto driver = driver_for(probe_rec);
@@ -156,6 +166,8 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
   }
   std::string dir = registry_.dir(rec.id);
   try {
+    // Before it starts: from here `sbx image rm` refuses to delete its image.
+    images::add_user(spec.image, rec.id, dir);
     with_context("starting sandbox " + rec.id, [&] { driver.start(rec, dir); });
     registry_.save(rec);
     // Ready means the agent answers, not merely that a process exists.
@@ -187,7 +199,7 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
   } catch (Error& e) {
     try {
       driver.destroy(rec, dir);
-      registry_.remove(rec.id);
+      forget(registry_, rec);
     } catch (const Error& cleanup) {
       e.add_context("(cleanup also failed: " + std::string(cleanup.what()) + ")");
     }
@@ -332,7 +344,7 @@ std::vector<std::string> LocalBackend::drain_pool(const std::string& driver) {
     auto* info = find_driver(drivers_, rec.spec.driver);
     if (!info) continue;
     with_context("removing pooled sandbox " + rec.id, [&] { info->make(cfg_)->destroy(*cur, registry_.dir(rec.id)); });
-    registry_.remove(rec.id);
+    forget(registry_, *cur);
     out.push_back(rec.id);
   }
   return out;
@@ -351,7 +363,7 @@ void LocalBackend::destroy(const SandboxRecord& rec) {
   Fd guard = registry_.lock(rec.id, true);
   auto* info = find_driver(drivers_, rec.spec.driver);
   if (info) info->make(cfg_)->destroy(rec, registry_.dir(rec.id));
-  registry_.remove(rec.id);
+  forget(registry_, rec);
 }
 
 void LocalBackend::remove(const std::string& id) {
@@ -430,7 +442,7 @@ GcReport LocalBackend::gc(bool dry_run) {
         if (cur && cur->state != SandboxState::pooled) throw Error(Errc::conflict, "claimed from the pool meanwhile; kept");
       }
       driver->destroy(rec, registry_.dir(rec.id));
-      registry_.remove(rec.id);
+      forget(registry_, rec);
     });
     // Its resources are this sandbox's, not orphans (what a dry run must not report twice).
     live.insert(rec.id);

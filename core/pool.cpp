@@ -5,6 +5,7 @@
 #include "core/agent_client.hpp"
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/images.hpp"
 #include "core/local_backend.hpp"
 
 namespace sbx {
@@ -40,6 +41,8 @@ SandboxSpec pool_spec(const std::string& driver, const Config& cfg, const Driver
   s.driver = driver;
   // The network creates will ask for by default, or no claim would ever fit.
   if (auto* info = find_driver(drivers, driver); info && info->network_jail) s.network = cfg.default_network;
+  // The image creates get when they name none, resolved as create resolves it.
+  s.image = images::resolve("", driver, cfg, drivers);
   s = normalize_spec(s, cfg, drivers);
   // Never collected for idleness or age while pooled; a claim sets the caller's values.
   s.idle_timeout_s = 0;

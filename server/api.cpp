@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/images.hpp"
 #include "core/registry.hpp"
 #include "core/wire.hpp"
 #include "server/api_internal.hpp"
@@ -250,17 +251,23 @@ SandboxSpec Api::manager_spec(SandboxSpec spec, const json& body, const ApiKey& 
   // The guide's sandboxes are network-jailed; a driver without a jail (deno) has no network at all.
   if (auto* info = find_driver(drivers_, spec.driver); info && info->network_jail && !body.contains("network"))
     spec.network = cfg_.default_network;
-  if (!spec.image.empty()) {
-    // Over the API an image is a name the operator listed, never a host path (`/` would hand out the host's root).
+  if (!spec.image.empty() && spec.image != images::kHostView) {
+    // Over the API an image is a name, never a host path (`/` would hand out the
+    // host's root): one the operator listed in server.images, else one of the image store.
     auto it = cfg_.server.images.find(spec.image);
-    if (it == cfg_.server.images.end()) {
+    std::optional<images::Image> stored;
+    if (it == cfg_.server.images.end() && spec.image.front() != '/' && spec.image.find("..") == std::string::npos)
+      stored = images::store_for(cfg_).find(spec.image);
+    if (it == cfg_.server.images.end() && !stored) {
       std::string names;
       for (auto& [n, dir] : cfg_.server.images) names += (names.empty() ? "" : ", ") + n;
+      for (auto& img : images::store_for(cfg_).list())
+        for (auto& n : img.names) names += (names.empty() ? "" : ", ") + n;
       throw Error(Errc::invalid_argument, "image '" + spec.image.substr(0, 200) + "' is not one this manager has")
-          .set_hint(names.empty() ? "this manager lists no images (server.images in its config); leave image out for the default base"
-                                  : "images: " + names);
+          .set_hint(names.empty() ? "this manager has no images (server.images in its config, `sbx image build`); leave image out for the default"
+                                  : "images: " + names + ", host");
     }
-    spec.image = it->second;
+    spec.image = stored ? stored->rootfs : it->second;
   }
   return spec;
 }
