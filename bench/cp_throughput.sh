@@ -31,8 +31,8 @@ for _ in $(seq 50); do curl -fs -H "X-API-Key: $key" "http://127.0.0.1:$port/hea
 head -c $((SIZE_MIB << 20)) /dev/urandom >"$work/src.bin"
 sync
 limits=(--memory "$((SIZE_MIB * 2 + 512))M" --disk "$((SIZE_MIB * 2 + 512))M")
-local_id=$("${local_env[@]}" create "${limits[@]}" -q | tail -1)
-remote_id=$("${remote_env[@]}" create "${limits[@]}" -q | tail -1)
+local_id=$("${local_env[@]}" create "${limits[@]}" | tail -1)
+remote_id=$("${remote_env[@]}" create "${limits[@]}" | tail -1)
 
 # Best of ROUNDS wall-clock seconds of a command (each run writes its target afresh).
 best() {

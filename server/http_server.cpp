@@ -54,7 +54,7 @@ class StreamedUpload {
   StreamedUpload& operator=(const StreamedUpload&) = delete;
   ~StreamedUpload() { finish(false); }
 
-  /// Passes on a piece of the body; false once the handler has stopped reading (it has answered).
+  /// Passes on a piece of the body; false (the piece dropped) once the handler has stopped reading.
   bool feed(std::string_view data) {
     if (!w_) return false;
     try {
@@ -253,14 +253,13 @@ struct HttpServer::Impl {
     }
     // No cap on the body here: the handler checks cp_max_size on the content as it flows, and
     // the sandbox's disk is the real limit.
+    // When the handler answers before the body's end (an error: a missing sandbox, a full
+    // disk, a dead agent, past cp_max_size), feed() fails and the rest is read and dropped:
+    // libmicrohttpd 0.9 takes an answer only before the body or after it.
     if (*upload_size) {
-      bool taken = ex.upload->feed(std::string_view(upload, *upload_size));
+      ex.upload->feed(std::string_view(upload, *upload_size));
       *upload_size = 0;
-      if (taken) return MHD_YES;
-      // The handler answered before the body ended (an error: a missing sandbox, a full
-      // disk, a dead agent, past cp_max_size): answer now; libmicrohttpd drops the rest.
-      ex.answered = true;
-      return queue(c, ex, ex.upload->finish(false));
+      return MHD_YES;
     }
     ex.answered = true;
     return queue(c, ex, ex.upload->finish(true));

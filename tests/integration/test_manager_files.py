@@ -8,6 +8,7 @@ real `sbx serve` process, reset before each transfer through
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -81,6 +82,20 @@ def temp_uploads(m, sid: str, d: str) -> list[str]:
     return [n for n in listing(m, sid, d) if n.startswith(".sbx-upload-")]
 
 
+@contextlib.contextmanager
+def copy_under_way(m, c, sid: str, src):
+    """`sbx cp src sid:/work/big.bin` started, and its first bytes in the sandbox (a temp file shows)."""
+    p = c.popen("cp", str(src), f"{sid}:/work/big.bin")
+    try:
+        seen = wait_until(lambda: p.poll() is not None or temp_uploads(m, sid, "/work"), 60, interval=0.1)
+        assert seen and p.poll() is None, "the copy ended before it could be interfered with"
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
 @pytest.fixture
 def files_manager(managers):
     """A manager of this module's own, so its memory is this test's alone."""
@@ -91,7 +106,7 @@ def files_manager(managers):
 def big_box(files_manager, clients):
     """A sandbox with room for 1 GiB (the writable layer may be memory-backed) and a client for it."""
     c = clients.new(remote_env(files_manager))
-    sid = c.run("create", "--memory", "2G", "--disk", "2G", "-q", timeout=60).ok().out.strip().splitlines()[-1]
+    sid = c.run("create", "--memory", "2G", "--disk", "2G", timeout=60).ok().out.strip().splitlines()[-1]
     files_manager.created.add(sid)
     files_manager.sh(sid, "mkdir -p /work")
     return files_manager, c, sid
@@ -179,16 +194,9 @@ def test_an_upload_cut_off_leaves_no_file_and_the_sandbox_answers(files_manager,
     c = clients.new(remote_env(m))
     src = tmp_path / "big.bin"
     random_file(src, 512 * MiB)
-    p = c.popen("cp", str(src), f"{sid}:/work/big.bin")
-    try:
-        seen = wait_until(lambda: p.poll() is not None or temp_uploads(m, sid, "/work"), 60, interval=0.1)
-        assert seen and p.poll() is None, "the copy ended before it could be cut off"
+    with copy_under_way(m, c, sid, src) as p:
         p.send_signal(signal.SIGKILL)
         p.wait(30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
     assert wait_until(lambda: not temp_uploads(m, sid, "/work"), 20), listing(m, sid, "/work")
     assert "big.bin" not in listing(m, sid, "/work"), "a killed copy left a file that looks complete"
     assert m.exec(sid, ["echo", "alive"])["stdout"] == "alive\n"
@@ -201,22 +209,15 @@ def test_an_upload_cut_off_leaves_no_file_and_the_sandbox_answers(files_manager,
 def test_a_sandbox_dying_midway_is_an_error_not_a_hang(files_manager, clients, tmp_path):
     m = files_manager
     c = clients.new(remote_env(m))
-    sid = c.run("create", "--memory", "2G", "--disk", "2G", "-q", timeout=60).ok().out.strip().splitlines()[-1]
+    sid = c.run("create", "--memory", "2G", "--disk", "2G", timeout=60).ok().out.strip().splitlines()[-1]
     m.created.add(sid)
     m.sh(sid, "mkdir -p /work")
     src = tmp_path / "big.bin"
     random_file(src, 768 * MiB)
-    p = c.popen("cp", str(src), f"{sid}:/work/big.bin")
-    try:
-        seen = wait_until(lambda: p.poll() is not None or temp_uploads(m, sid, "/work"), 60, interval=0.1)
-        assert seen and p.poll() is None, "the copy ended before the sandbox could die under it"
+    with copy_under_way(m, c, sid, src) as p:
         # The sandbox goes away under the upload: its agent with it.
         assert m.delete(sid).status == 200
         out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
     assert p.returncode != 0, "a copy into a sandbox that died midway reported success"
     text = err.decode(errors="replace")
     assert "sbx:" in text and sid in text, f"no clear error: {text!r}"
