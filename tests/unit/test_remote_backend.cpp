@@ -627,3 +627,37 @@ TEST_CASE("remote: a name travels in the create body and is remembered beside th
   CHECK_FALSE(sbx::remote_named(dir.path, "web"));
   CHECK_FALSE(sbx::remote_named(dir.path, "../remote"));
 }
+
+// A tree whose second file cannot be read: the copy fails midway.
+class FailingSource : public sbx::EntrySource {
+ public:
+  bool next(sbx::FileEntry& e) override {
+    e = entry(n_ == 0 ? "" : "f" + std::to_string(n_), n_ == 0 ? "dir" : "file", 3);
+    return n_++ < 3;
+  }
+  bool read(std::string& chunk) override {
+    if (n_ == 3) throw sbx::Error(Errc::io, "cannot read f2: Input/output error");
+    if (sent_ == n_) return false;
+    sent_ = n_;
+    chunk = "abc";
+    return true;
+  }
+
+ private:
+  int n_ = 0, sent_ = 0;
+};
+
+TEST_CASE("remote: an upload whose source fails midway is cut off, never ended", "[remote]") {
+  TempDir dir("remote");
+  OneShotServer srv({"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"});
+  sbx::RemoteBackend be(config_in(dir), srv.url(), kKey);
+  FailingSource src;
+  auto e = error_of([&] { be.put(kId, "/work/up", src, 1 << 20); });
+  CHECK(e.code() == Errc::io);
+  CHECK(contains(e.message(), "cannot read f2"));  // the source's own error, not the transport's
+  const std::string& r = srv.request();
+  CHECK(contains(r, "Transfer-Encoding: chunked"));
+  // The manager must see a body cut off (so it writes nothing), not a short one that looks whole.
+  CHECK(r.size() >= 5);
+  CHECK(r.compare(r.size() - 5, 5, "0\r\n\r\n") != 0);
+}
