@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <thread>
 
@@ -191,6 +192,22 @@ class NewFileSource : public EntrySource {
   bool sent_ = false;
 };
 
+// An upload into a sandbox that dies under it (removed, OOM-killed) breaks
+// the agent's connection: "Connection reset by peer" alone tells the client
+// nothing, so the answer says what happened.
+void put_while_alive(Backend& backend, const std::string& id, const std::string& path, EntrySource& source,
+                     uint64_t max_bytes) {
+  try {
+    backend.put(id, path, source, max_bytes);
+  } catch (const Error& e) {
+    int err = e.sys_errno();
+    if (err != EPIPE && err != ECONNRESET && e.code() != Errc::protocol) throw;
+    throw Error(Errc::unavailable, "sandbox " + id + " went away during the upload: its agent closed the connection (" +
+                                       e.what() + ")")
+        .set_hint("nothing was written; see the sandbox's state with `sbx ls`");
+  }
+}
+
 std::string absolute_path_param(const HttpRequest& req, const char* route) {
   const std::string* p = query(req, "path");
   if (!p || p->empty() || p->front() != '/') throw Error(Errc::invalid_argument, std::string(route) + " needs ?path=/absolute/path");
@@ -255,10 +272,10 @@ HttpResponse Api::files_put(const HttpRequest& req, const std::string& id) {
       throw Error(Errc::invalid_argument, "a tar is unpacked into an existing directory, and " + path + " is not one");
     auto tar = tar_source(req.body_fd);
     WholeBodySource source(req, *tar);
-    backend_.put(id, path, source, cfg_.cp_max_bytes);
+    put_while_alive(backend_, id, path, source, cfg_.cp_max_bytes);
   } else {
     RawFileSource source(req);
-    backend_.put(id, path, source, cfg_.cp_max_bytes);
+    put_while_alive(backend_, id, path, source, cfg_.cp_max_bytes);
   }
   HttpResponse r;
   r.status = 204;

@@ -220,6 +220,7 @@ def test_a_sandbox_dying_midway_is_an_error_not_a_hang(files_manager, clients, t
         out, err = p.communicate(timeout=60)
     assert p.returncode != 0, "a copy into a sandbox that died midway reported success"
     text = err.decode(errors="replace")
-    assert "sbx:" in text and sid in text, f"no clear error: {text!r}"
+    assert "sbx:" in text and sid in text and "went away" in text, f"no clear error: {text!r}"
+    print(f"a copy into a sandbox removed midway: {text.strip()}")
     # The manager is fine.
     assert m.request("GET", "/healthz").status == 200
