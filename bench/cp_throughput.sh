@@ -34,6 +34,7 @@ limits=(--memory "$((SIZE_MIB * 2 + 512))M" --disk "$((SIZE_MIB * 2 + 512))M")
 local_id=$("${local_env[@]}" create "${limits[@]}" | tail -1)
 remote_id=$("${remote_env[@]}" create "${limits[@]}" | tail -1)
 
+calc() { python3 -c "print($1)"; }
 # Best of ROUNDS wall-clock seconds of a command (each run writes its target afresh).
 best() {
   local b="" t0 t1 s
@@ -42,8 +43,8 @@ best() {
     t0=$(date +%s.%N)
     "$@" run
     t1=$(date +%s.%N)
-    s=$(echo "$t1 - $t0" | bc -l)
-    if [ -z "$b" ] || [ "$(echo "$s < $b" | bc -l)" = 1 ]; then b=$s; fi
+    s=$(calc "$t1 - $t0")
+    if [ -z "$b" ] || [ "$(calc "$s < $b")" = True ]; then b=$s; fi
   done
   echo "$b"
 }
@@ -56,12 +57,12 @@ remote_out() { case $1 in rm-target) rm -f "$work/out.bin";; run) "${remote_env[
 echo "== cp of a $SIZE_MIB MiB file (best of $ROUNDS)"
 ref=$(best host_cp)
 printf '%-34s %8s %8s\n' what MB/s ratio
-row() { printf '%-34s %8.1f %7.2fx\n' "$1" "$(echo "$SIZE_MIB * 1.048576 / $2" | bc -l)" "$(echo "$ref / $2" | bc -l)"; }
+row() { printf '%-34s %8.1f %7.2fx\n' "$1" "$(calc "$SIZE_MIB * 1.048576 / $2")" "$(calc "$ref / $2")"; }
 row "cp on the host disk" "$ref"
 li=$(best local_in); row "sbx cp into (subprocess, local)" "$li"
 row "sbx cp out of (subprocess, local)" "$(best local_out)"
 row "sbx cp into (through the manager)" "$(best remote_in)"
 row "sbx cp out of (through the manager)" "$(best remote_out)"
-ratio=$(echo "$ref / $li" | bc -l)
-if [ "$(echo "$ratio >= 0.5" | bc -l)" = 1 ]; then verdict=met; else verdict=missed; fi
+ratio=$(calc "$ref / $li")
+if [ "$(calc "$ratio >= 0.5")" = True ]; then verdict=met; else verdict=missed; fi
 printf 'target: sbx cp into a local sandbox >= 0.5x the host cp: %.2fx (%s)\n' "$ratio" "$verdict"
