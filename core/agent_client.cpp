@@ -155,17 +155,33 @@ std::vector<FileEntry> AgentClient::list(const std::string& path, bool recursive
 }
 
 FileEntry AgentClient::read_file(const std::string& path, const std::function<void(std::string_view)>& sink) {
+  FileEntry entry = open_read(path);
+  std::string chunk;
+  while (read_chunk(chunk)) sink(chunk);
+  return entry;
+}
+
+FileEntry AgentClient::open_read(const std::string& path) {
   uint32_t ch = next_channel();
   send_all(fd_.get(), proto::encode_json(proto::Type::file_read, ch, {{"path", path}}));
   auto head = must_read(fd_.get());
   if (head.type == proto::Type::error) throw_remote(head);
   if (head.type != proto::Type::ok) throw Error(Errc::protocol, "unexpected frame from the agent during read");
-  FileEntry entry = head.json().get<FileEntry>();
+  return head.json().get<FileEntry>();
+}
+
+bool AgentClient::read_chunk(std::string& chunk) {
   for (;;) {
     auto f = must_read(fd_.get());
     if (f.type == proto::Type::error) throw_remote(f);
-    if (f.type == proto::Type::end) return entry;
-    if (f.type == proto::Type::data) sink(f.payload);
+    if (f.type == proto::Type::end) {
+      chunk.clear();
+      return false;
+    }
+    if (f.type == proto::Type::data) {
+      chunk = std::move(f.payload);
+      return true;
+    }
   }
 }
 

@@ -50,6 +50,11 @@ class AgentClient {
   std::vector<FileEntry> list(const std::string& path, bool recursive);
   /// Reads a regular file, handing its content to sink chunk by chunk; returns its entry.
   FileEntry read_file(const std::string& path, const std::function<void(std::string_view)>& sink);
+  /// Starts reading a regular file chunk by chunk (the pull form of read_file): returns
+  /// its entry; then call read_chunk until it returns false before any other request.
+  FileEntry open_read(const std::string& path);
+  /// The next chunk of the file open_read started; false (chunk empty) at its end.
+  bool read_chunk(std::string& chunk);
   /// Creates a file (content pulled from `source` until it returns false), directory or symlink.
   void write_entry(const std::string& path, const FileEntry& meta,
                    const std::function<bool(std::string&)>& source);

@@ -126,46 +126,56 @@ class ArchiveSource : public EntrySource {
   std::string prefix_;
 };
 
+// Streams each file from the agent as the sink pulls it (memory stays at a
+// chunk whatever the file's size). The size is the agent's at open: a file
+// that grows meanwhile is cut there, one that shrinks fails in the sink.
 class SandboxSource : public EntrySource {
  public:
   SandboxSource(AgentClient& agent, std::string path) : agent_(agent), path_(std::move(path)) {
     entries_ = agent_.list(path_, true);
   }
   bool next(FileEntry& e) override {
-    pending_.clear();
-    pos_in_pending_ = 0;
+    finish_file();
     while (idx_ < entries_.size()) {
       e = entries_[idx_++];
       if (e.type == "other") continue;
       if (!safe_relative_path(e.path))
         throw Error(Errc::protocol, "the sandbox listed an unsafe name '" + e.path + "'");
       if (e.type == "file") {
-        // Read whole: the agent stream carries one request at a time for this client.
-        std::string full = e.path.empty() ? path_ : path_ + "/" + e.path;
-        std::string data;
-        agent_.read_file(full, [&](std::string_view chunk) { data.append(chunk); });
-        pending_ = std::move(data);
-        e.size = pending_.size();
+        // One request at a time on this stream: the file is read to its end before the next entry.
+        e.size = agent_.open_read(e.path.empty() ? path_ : path_ + "/" + e.path).size;
+        left_ = e.size;
+        reading_ = true;
       }
       return true;
     }
     return false;
   }
   bool read(std::string& chunk) override {
-    if (pos_in_pending_ >= pending_.size()) return false;
-    size_t n = std::min<size_t>(pending_.size() - pos_in_pending_, 64 * 1024);
-    chunk.assign(pending_, pos_in_pending_, n);
-    pos_in_pending_ += n;
-    return true;
+    while (reading_) {
+      if (!agent_.read_chunk(chunk)) {
+        reading_ = false;
+        return false;
+      }
+      if (left_ == 0) continue;  // grown since it was opened: drained, not sent
+      if (chunk.size() > left_) chunk.resize(left_);
+      left_ -= chunk.size();
+      if (!chunk.empty()) return true;
+    }
+    return false;
   }
 
  private:
+  void finish_file() {
+    std::string rest;
+    while (reading_) reading_ = agent_.read_chunk(rest);
+  }
   AgentClient& agent_;
   std::string path_;
   std::vector<FileEntry> entries_;
   size_t idx_ = 0;
-  std::string pending_;
-  size_t pos_in_pending_ = 0;
+  bool reading_ = false;
+  uint64_t left_ = 0;
 };
 
 class ArchiveWriterSink : public EntrySink {

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +11,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <exception>
 #include <memory>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/fd.hpp"
@@ -119,12 +123,24 @@ std::string normalized_url(std::string url) {
 
 bool http_url(const std::string& url) { return url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0; }
 
-Fd temp_file() {
-  char tmpl[] = "/tmp/sbx-remote-XXXXXX";
-  Fd fd(::mkostemp(tmpl, O_CLOEXEC));
-  if (!fd) throw sys_error("cannot create a temporary file in /tmp", errno);
-  ::unlink(tmpl);  // nothing is left behind, whatever happens next
-  return fd;
+std::pair<Fd, Fd> make_pipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) throw sys_error("pipe", errno);
+  ::fcntl(p[1], F_SETPIPE_SZ, 1 << 20);  // fewer wake-ups per transfer; the default size works too
+  return {Fd(p[0]), Fd(p[1])};
+}
+
+// A thread for one side of a streamed copy. SIGPIPE is blocked in it: its
+// writes into a pipe whose reader gave up fail with EPIPE instead of killing sbx.
+template <class F>
+std::thread quiet_thread(F f) {
+  return std::thread([f = std::move(f)]() mutable {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    f();
+  });
 }
 
 std::string read_all_fd(int fd, size_t cap) {
@@ -350,26 +366,51 @@ uint64_t RemoteBackend::put(const std::string& id, const std::string& target, En
   size_t slash = t.rfind('/');
   std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : t.substr(0, slash);
   std::string base = slash == std::string::npos ? t : t.substr(slash + 1);
-  // Spooled to a file: the tar can be far larger than memory, and its size must be known up front.
-  Fd tmp = temp_file();
-  uint64_t moved;
-  {
-    auto sink = tar_sink(tmp.get(), base);
-    moved = transfer(source, *sink, max_bytes);
-  }
-  off_t size = ::lseek(tmp.get(), 0, SEEK_END);
-  if (size < 0 || ::lseek(tmp.get(), 0, SEEK_SET) < 0) throw sys_error("cannot rewind the upload's temporary file", errno);
+  // The tar is made while it is sent: a producer thread writes it into a pipe, the request reads the pipe.
+  auto [rd, wr] = make_pipe();
+  std::atomic<bool> produced{false};  // set before the pipe's EOF: the tar is whole
+  std::exception_ptr producer_failure;
+  uint64_t moved = 0;
+  std::thread producer = quiet_thread([&, wr = std::move(wr)]() mutable {
+    try {
+      auto sink = tar_sink(wr.get(), base);
+      moved = transfer(source, *sink, max_bytes);
+      sink.reset();  // flushes the tar's last blocks
+      produced = true;
+    } catch (...) {
+      producer_failure = std::current_exception();
+    }
+  });
+  bool cut_short = false;  // the request stopped because the producer failed
   Request r;
   r.method = "PUT";
   r.url = url_ + sandbox_path(id) + "/files?path=" + url_escape(dir);
   r.shown = redact(url_);
   r.api_key = api_key_;
   r.headers = {"Content-Type: application/x-tar"};
-  r.upload_fd = tmp.get();
-  r.upload_size = static_cast<uint64_t>(size);
+  r.upload_read = [&, fd = rd.get()](char* buf, size_t max) -> size_t {
+    ssize_t n;
+    do n = ::read(fd, buf, max);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) throw sys_error("reading the tar being sent", errno);
+    if (n == 0 && !produced) {
+      cut_short = true;  // never end the body: the manager must see the upload cut off, not whole
+      throw Error(Errc::io, "the copy stopped");
+    }
+    return static_cast<size_t>(n);
+  };
   r.timeout_ms = 0;
   r.stall_limit = true;
-  with_context("copying into " + id + ":" + target, [&] { perform_checked(r); });
+  std::exception_ptr request_failure;
+  try {
+    with_context("copying into " + id + ":" + target, [&] { perform_checked(r); });
+  } catch (...) {
+    request_failure = std::current_exception();
+  }
+  rd.reset();  // a producer still writing (the manager refused early) gets EPIPE and stops
+  producer.join();
+  if (producer_failure && (cut_short || !request_failure)) std::rethrow_exception(producer_failure);
+  if (request_failure) std::rethrow_exception(request_failure);
   return moved;
 }
 
@@ -377,30 +418,57 @@ uint64_t RemoteBackend::get_files(const std::string& id, const std::string& path
   // Headers and padding can outweigh tiny files, so the tar may exceed the content limit by a margin.
   constexpr uint64_t kSlack = 64ull << 20;
   uint64_t cap = max_bytes > (UINT64_MAX - kSlack) / 2 ? UINT64_MAX : max_bytes * 2 + kSlack;
-  Fd tmp = temp_file();
-  uint64_t received = 0;
-  Request r;
-  r.url = url_ + sandbox_path(id) + "/files?path=" + url_escape(path) + "&format=tar";
-  r.shown = redact(url_);
-  r.api_key = api_key_;
-  r.headers = {"Accept: application/x-tar"};
-  r.timeout_ms = 0;
-  r.stall_limit = true;
-  r.on_body = [&](std::string_view chunk) {
-    received += chunk.size();
-    if (received > cap)
-      throw Error(Errc::too_large, "the copy exceeds the limit of " + format_size(max_bytes) + " (its tar passed " +
-                                            format_size(cap) + ")")
-          .set_hint("raise it with --max-size or cp_max_size in the config");
-    write_all(tmp.get(), chunk);
-  };
-  with_context("copying from " + id + ":" + path, [&] { perform_checked(r); });
-  if (::lseek(tmp.get(), 0, SEEK_SET) < 0) throw sys_error("cannot rewind the download's temporary file", errno);
-  auto raw = tar_source(tmp.get());
-  // The manager tars "/" as "." (no named root), which tar_source already strips.
-  if (path == "/") return transfer(*raw, sink, max_bytes);
-  StripRootSource stripped(*raw);
-  return transfer(stripped, sink, max_bytes);
+  // The tar is unpacked while it arrives: the request runs on a thread writing into a pipe, this one reads it.
+  auto [rd, wr] = make_pipe();
+  std::exception_ptr request_failure;
+  std::atomic<bool> fetched{false};  // set before the pipe's EOF: the request is over, well or not
+  std::thread fetcher = quiet_thread([&, wr = std::move(wr)]() mutable {
+    uint64_t received = 0;
+    Request r;
+    r.url = url_ + sandbox_path(id) + "/files?path=" + url_escape(path) + "&format=tar";
+    r.shown = redact(url_);
+    r.api_key = api_key_;
+    r.headers = {"Accept: application/x-tar"};
+    r.timeout_ms = 0;
+    r.stall_limit = true;
+    r.on_body = [&](std::string_view chunk) {
+      received += chunk.size();
+      if (received > cap)
+        throw Error(Errc::too_large, "the copy exceeds the limit of " + format_size(max_bytes) + " (its tar passed " +
+                                              format_size(cap) + ")")
+            .set_hint("raise it with --max-size or cp_max_size in the config");
+      write_all(wr.get(), chunk);  // EPIPE once the reader below has given up
+    };
+    try {
+      with_context("copying from " + id + ":" + path, [&] { perform_checked(r); });
+    } catch (...) {
+      request_failure = std::current_exception();
+    }
+    fetched = true;
+  });
+  std::exception_ptr unpack_failure;
+  bool unpack_first = false;  // the unpacking failed while the answer still came: its error is the cause
+  uint64_t moved = 0;
+  try {
+    auto raw = tar_source(rd.get());
+    // The manager tars "/" as "." (no named root), which tar_source already strips.
+    if (path == "/") {
+      moved = transfer(*raw, sink, max_bytes);
+    } else {
+      StripRootSource stripped(*raw);
+      moved = transfer(stripped, sink, max_bytes);
+    }
+  } catch (...) {
+    unpack_failure = std::current_exception();
+    unpack_first = !fetched;
+  }
+  rd.reset();  // a fetcher still writing gets EPIPE and stops
+  fetcher.join();
+  if (unpack_first) std::rethrow_exception(unpack_failure);
+  // A failed request explains a tar that ended early, and a tar cut at an entry's end unpacks "whole": no success either.
+  if (request_failure) std::rethrow_exception(request_failure);
+  if (unpack_failure) std::rethrow_exception(unpack_failure);
+  return moved;
 }
 
 // ---------------------------------------------------------------- health

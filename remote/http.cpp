@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -114,11 +115,10 @@ size_t on_write(char* data, size_t size, size_t n, void* p) {
 
 size_t on_read(char* buf, size_t size, size_t n, void* p) {
   auto* t = static_cast<Transfer*>(p);
-  for (;;) {
-    ssize_t got = ::read(t->req.upload_fd, buf, size * n);
-    if (got >= 0) return static_cast<size_t>(got);
-    if (errno == EINTR) continue;
-    t->failure = std::make_exception_ptr(sys_error("cannot read the upload's temporary file", errno));
+  try {
+    return t->req.upload_read(buf, size * n);
+  } catch (...) {
+    t->failure = std::current_exception();
     return CURL_READFUNC_ABORT;
   }
 }
@@ -164,7 +164,8 @@ Response perform_curl(const Request& req) {
     h.set(CURLOPT_UPLOAD, 1L);
     h.set(CURLOPT_READFUNCTION, &on_read);
     h.set(CURLOPT_READDATA, &t);
-    h.set(CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.upload_size));
+    h.set(CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(-1));
+    headers.add("Transfer-Encoding: chunked");
     // Without this curl waits up to a second for a "100 Continue" some servers never send.
     headers.add("Expect:");
   } else if (req.method != "GET") {
@@ -294,6 +295,30 @@ CURLcode wait_ready(int fd, short events, const Request& req, Clock::time_point 
   }
 }
 
+// Sends PUT's body in chunks of HTTP/1.1's chunked encoding. Stops early
+// (CURLE_RECV_ERROR) when the manager has answered before the body's end (a
+// refused upload: reading the answer beats pushing the rest into a socket
+// nobody reads) or hung up.
+template <class SendAll>
+CURLcode send_chunked(int sock, const Request& req, SendAll& send_all) {
+  constexpr size_t kData = 64 * 1024;
+  std::string buf(16 + kData + 2, '\0');  // room for the size line and the CRLF after the data
+  for (;;) {
+    pollfd p{sock, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) return CURLE_RECV_ERROR;
+    size_t n = req.upload_read(buf.data() + 16, kData);
+    if (n == 0) return send_all(std::string_view("0\r\n\r\n"));
+    char line[16];
+    int len = std::snprintf(line, sizeof line, "%zx\r\n", n);
+    char* start = buf.data() + 16 - len;
+    std::memcpy(start, line, static_cast<size_t>(len));
+    std::memcpy(buf.data() + 16 + n, "\r\n", 2);
+    CURLcode rc = send_all(std::string_view(start, static_cast<size_t>(len) + n + 2));
+    if (rc == CURLE_SEND_ERROR) return CURLE_RECV_ERROR;  // a hang-up; an answer may be waiting
+    if (rc != CURLE_OK) return rc;
+  }
+}
+
 Response perform_plain(const Request& req, const Target& t) {
   Response res;
   auto start = Clock::now();
@@ -355,7 +380,7 @@ Response perform_plain(const Request& req, const Target& t) {
                      "\r\nUser-Agent: sbx/" SBX_VERSION "\r\nConnection: close\r\n";
   if (!req.api_key.empty()) head += "X-API-Key: " + req.api_key + "\r\n";
   for (auto& h : req.headers) head += h + "\r\n";
-  if (req.method == "PUT") head += "Content-Length: " + std::to_string(req.upload_size) + "\r\n";
+  if (req.method == "PUT") head += "Transfer-Encoding: chunked\r\n";
   else if (req.method == "POST") head += "Content-Length: " + std::to_string(req.body.size()) + "\r\n";
   head += "\r\n";
   if (req.method == "POST") head += req.body;
@@ -379,15 +404,9 @@ Response perform_plain(const Request& req, const Target& t) {
   };
   if (CURLcode rc = send_all(head); rc != CURLE_OK) return fail(rc, errno, "sending the request failed");
   if (req.method == "PUT") {
-    std::string buf(64 * 1024, '\0');
-    for (;;) {
-      ssize_t n = ::read(req.upload_fd, buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw sys_error("cannot read the upload's temporary file", errno);
-      if (n == 0) break;
-      if (CURLcode rc = send_all(std::string_view(buf.data(), static_cast<size_t>(n))); rc != CURLE_OK)
-        return fail(rc, errno, "sending the upload failed");
-    }
+    if (CURLcode rc = send_chunked(sock.get(), req, send_all); rc != CURLE_OK && rc != CURLE_RECV_ERROR)
+      return fail(rc, errno, "sending the upload failed");
+    // CURLE_RECV_ERROR: the manager answered (or hung up) before the body's end; its answer says why.
   }
 
   PlainTransfer tr{req, res, false, false, nullptr};

@@ -29,8 +29,10 @@ struct Request {
   std::string api_key;
   std::vector<std::string> headers;  ///< "Name: value"
   std::string body;                  ///< sent for POST
-  int upload_fd = -1;                ///< sent for PUT
-  uint64_t upload_size = 0;
+  /// PUT's body, pulled as it is sent (chunked encoding: its size is not known up front):
+  /// fills up to `max` bytes, 0 at the end; an exception aborts the request without ending
+  /// the body, so the manager sees an upload cut off, never a short one that looks whole.
+  std::function<size_t(char* buf, size_t max)> upload_read;
   long timeout_ms = kCallTimeoutMs;  ///< 0 = none
   long connect_timeout_ms = kConnectTimeoutMs;
   bool stall_limit = false;  ///< abort when nothing moves for 30 s (long transfers without a total timeout)

@@ -42,7 +42,8 @@ struct HttpRequest {
   std::string accept;
   std::string content_type;
   std::string body;            ///< JSON bodies; file uploads arrive in body_fd
-  int body_fd = -1;            ///< an unlinked temp file holding a large upload, or -1
+  int body_fd = -1;            ///< a file upload, streamed as it arrives (a pipe), or -1
+  std::function<bool()> body_complete;  ///< after body_fd's EOF: whether the whole upload came (false: the client went away)
   const ApiKey* key = nullptr; ///< the authenticated caller
   int client_fd = -1;          ///< the connection's socket, to notice a client that hung up
   std::string request_id;      ///< X-Request-Id of the answer (also in error bodies and the log line)

@@ -1,8 +1,13 @@
-// Files through the API: ours (raw bytes or a tar, streamed through temp
-// files) and the platform's JSON form ({"path", "content", "encoding"}).
+// Files through the API: ours (raw bytes or a tar, streamed both ways: the
+// manager holds a pipe's worth of a transfer, never the whole) and the
+// platform's JSON form ({"path", "content", "encoding"}), buffered under caps.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <thread>
 
 #include "core/copy.hpp"
 #include "core/error.hpp"
@@ -56,29 +61,105 @@ class StringSink : public EntrySink {
   size_t cap_;
 };
 
-// One regular file whose content is a descriptor (PUT of a raw body).
+[[noreturn]] void upload_cut_off() {
+  throw Error(Errc::io, "the upload ended before its end (the client went away); nothing was written");
+}
+
+// One regular file whose content is a streamed body (PUT of a raw body).
+// Its end must be the body's real end: an upload cut off midway fails here,
+// so the agent never renames its temp file into place.
 class RawFileSource : public EntrySource {
  public:
-  explicit RawFileSource(int fd) : fd_(fd) {}
+  explicit RawFileSource(const HttpRequest& req) : req_(req) {}
   bool next(FileEntry& e) override {
     if (done_) return false;
     done_ = true;
-    struct stat st {};
-    ::fstat(fd_, &st);
-    e = FileEntry{"", "file", 0644, static_cast<uint64_t>(st.st_size), 0, ""};
+    e = FileEntry{"", "file", 0644, 0, 0, ""};  // the size is not known up front; the cap is checked as it flows
     return true;
   }
   bool read(std::string& chunk) override {
-    chunk.resize(64 * 1024);
-    ssize_t n = ::read(fd_, chunk.data(), chunk.size());
+    chunk.resize(kChunk);
+    ssize_t n;
+    do n = ::read(req_.body_fd, chunk.data(), chunk.size());
+    while (n < 0 && errno == EINTR);
     if (n < 0) throw sys_error("reading the upload", errno);
     chunk.resize(static_cast<size_t>(n));
+    if (n == 0 && !(req_.body_complete && req_.body_complete())) upload_cut_off();
     return n > 0;
   }
 
  private:
-  int fd_;
+  static constexpr size_t kChunk = 64 * 1024;
+  const HttpRequest& req_;
   bool done_ = false;
+};
+
+// A streamed tar body whose end must be the body's end: after the tar's last
+// entry, the rest of the body (padding) is read, and a body cut off fails.
+// Each file of the tar is renamed into place only once whole (the agent
+// writes to a temp name), so an upload cut off leaves whole files or none.
+class WholeBodySource : public EntrySource {
+ public:
+  WholeBodySource(const HttpRequest& req, EntrySource& inner) : req_(req), inner_(inner) {}
+  bool next(FileEntry& e) override {
+    if (inner_.next(e)) return true;
+    char buf[64 * 1024];
+    ssize_t n;
+    while ((n = ::read(req_.body_fd, buf, sizeof buf)) != 0)
+      if (n < 0 && errno != EINTR) throw sys_error("reading the upload", errno);
+    if (!(req_.body_complete && req_.body_complete())) upload_cut_off();
+    return false;
+  }
+  bool read(std::string& chunk) override { return inner_.read(chunk); }
+
+ private:
+  const HttpRequest& req_;
+  EntrySource& inner_;
+};
+
+// A download produced while it is sent: a worker thread reads the sandbox
+// into a pipe, the HTTP layer sends what the pipe holds. A failure midway
+// (the sandbox died) cuts the response short: the client sees a transfer
+// that did not end properly (chunked encoding without its last chunk).
+class DownloadStream : public ResponseStream, public std::enable_shared_from_this<DownloadStream> {
+ public:
+  explicit DownloadStream(std::atomic<int>& in_flight) : in_flight_(in_flight) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) throw sys_error("pipe", errno);
+    r_.reset(p[0]);
+    w_.reset(p[1]);
+    ::fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+  }
+  /// Runs work(fd) on its own thread; `what` names the download in the log when it fails.
+  void start(std::function<void(int)> work, std::string what) {
+    auto self = shared_from_this();
+    ++in_flight_;
+    std::thread([self, work = std::move(work), what = std::move(what)] {
+      try {
+        work(self->w_.get());
+      } catch (const std::exception& e) {
+        self->failed_ = true;
+        std::fprintf(stderr, "sbx serve: %s failed midway: %s\n", what.c_str(), e.what());
+      }
+      self->w_.reset();  // EOF for the reader, after failed_ is set
+      --self->in_flight_;
+    }).detach();
+  }
+  ssize_t read(char* buf, size_t max) override {
+    for (;;) {
+      ssize_t n = ::read(r_.get(), buf, max);
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) return failed_ ? -1 : 0;
+      return n < 0 ? -1 : n;
+    }
+  }
+  // The client is gone: the worker's next write fails (EPIPE) and it stops.
+  void cancel() override { r_.reset(); }
+
+ private:
+  std::atomic<int>& in_flight_;
+  Fd r_, w_;
+  std::atomic<bool> failed_{false};
 };
 
 // The missing directories below an existing one, then one file from memory:
@@ -111,11 +192,20 @@ class NewFileSource : public EntrySource {
   bool sent_ = false;
 };
 
-Fd temp_file(const std::string& dir) {
-  make_dirs(dir, 0700);
-  Fd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-  if (!fd) throw sys_error("cannot create a temporary file in " + dir, errno);
-  return fd;
+// An upload into a sandbox that dies under it (removed, OOM-killed) breaks
+// the agent's connection: "Connection reset by peer" alone tells the client
+// nothing, so the answer says what happened.
+void put_while_alive(Backend& backend, const std::string& id, const std::string& path, EntrySource& source,
+                     uint64_t max_bytes) {
+  try {
+    backend.put(id, path, source, max_bytes);
+  } catch (const Error& e) {
+    int err = e.sys_errno();
+    if (err != EPIPE && err != ECONNRESET && e.code() != Errc::protocol) throw;
+    throw Error(Errc::unavailable, "sandbox " + id + " went away during the upload: its agent closed the connection (" +
+                                       e.what() + ")")
+        .set_hint("nothing was written; see the sandbox's state with `sbx ls`");
+  }
 }
 
 std::string absolute_path_param(const HttpRequest& req, const char* route) {
@@ -151,41 +241,41 @@ HttpResponse Api::stat(const HttpRequest& req, const std::string& id) {
 HttpResponse Api::files_get(const HttpRequest& req, const std::string& id) {
   std::string path = absolute_path_param(req, "files");
   bool want_tar = req.query.count("format") && req.query.at("format") == "tar";
+  // Checked before the answer starts, so a missing path is a 404, not a cut-off 200.
   auto e = backend_.stat(id, path);
   if (!e) throw Error(Errc::not_found, path + " does not exist in sandbox " + id);
-  Fd fd = temp_file(cfg_.state_dir + "/tmp");
+  bool tar = want_tar || e->type != "file";
+  auto stream = std::make_shared<DownloadStream>(in_flight_);
+  stream->start(
+      [this, id, path, tar](int fd) {
+        if (tar) {
+          auto sink = tar_sink(fd, path == "/" ? "." : path.substr(path.rfind('/') + 1));
+          backend_.get_files(id, path, *sink, cfg_.cp_max_bytes);
+        } else {
+          RawFileSink sink(fd);
+          backend_.get_files(id, path, sink, cfg_.cp_max_bytes);
+        }
+      },
+      "download of " + path + " from " + id);
   HttpResponse r;
-  if (want_tar || e->type != "file") {
-    std::string base = path == "/" ? "." : path.substr(path.rfind('/') + 1);
-    auto sink = tar_sink(fd.get(), base);
-    backend_.get_files(id, path, *sink, cfg_.cp_max_bytes);
-    r.content_type = "application/x-tar";
-  } else {
-    RawFileSink sink(fd.get());
-    backend_.get_files(id, path, sink, cfg_.cp_max_bytes);
-    r.content_type = "application/octet-stream";
-  }
-  struct stat st {};
-  ::fstat(fd.get(), &st);
-  ::lseek(fd.get(), 0, SEEK_SET);
-  r.file_size = static_cast<uint64_t>(st.st_size);
-  r.file_fd = fd.release();
+  r.content_type = tar ? "application/x-tar" : "application/octet-stream";
+  r.stream = stream;
   return r;
 }
 
 HttpResponse Api::files_put(const HttpRequest& req, const std::string& id) {
   std::string path = absolute_path_param(req, "files");
-  if (req.body_fd < 0) throw Error(Errc::internal, "upload was not spooled");
-  ::lseek(req.body_fd, 0, SEEK_SET);
+  if (req.body_fd < 0) throw Error(Errc::internal, "the upload was not streamed");
   if (req.content_type.rfind("application/x-tar", 0) == 0) {
     auto e = backend_.stat(id, path);
     if (!e || e->type != "dir")
       throw Error(Errc::invalid_argument, "a tar is unpacked into an existing directory, and " + path + " is not one");
-    auto source = tar_source(req.body_fd);
-    backend_.put(id, path, *source, cfg_.cp_max_bytes);
+    auto tar = tar_source(req.body_fd);
+    WholeBodySource source(req, *tar);
+    put_while_alive(backend_, id, path, source, cfg_.cp_max_bytes);
   } else {
-    RawFileSource source(req.body_fd);
-    backend_.put(id, path, source, cfg_.cp_max_bytes);
+    RawFileSource source(req);
+    put_while_alive(backend_, id, path, source, cfg_.cp_max_bytes);
   }
   HttpResponse r;
   r.status = 204;

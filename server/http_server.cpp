@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
@@ -21,6 +22,64 @@ namespace sbx::server {
 namespace {
 
 constexpr size_t kMaxPathBytes = 4096;
+// What one upload may hold in the manager: the pipe between the connection and its handler.
+constexpr int kUploadPipeBytes = 1 << 20;
+
+// A file upload handed to its handler while it arrives. The handler runs on
+// a thread of its own reading a pipe (req.body_fd); the connection's thread
+// (libmicrohttpd gives each connection one, so blocking it stalls no other
+// client) writes each piece into the pipe as it comes, waiting while the pipe
+// is full. The manager so holds at most the pipe per upload, and a slow
+// sandbox slows its client down through TCP instead of filling memory.
+class StreamedUpload {
+ public:
+  StreamedUpload(Api& api, HttpRequest req) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) throw sys_error("pipe", errno);
+    Fd r(p[0]);
+    w_.reset(p[1]);
+    ::fcntl(p[1], F_SETPIPE_SZ, kUploadPipeBytes);  // a bigger buffer, fewer wake-ups; the default 64 KiB works too
+    req.body_fd = r.get();
+    req.body_complete = [this] { return complete_.load(); };  // `this` outlives the thread: finish() joins it
+    thread_ = std::thread([this, &api, req = std::move(req), r = std::move(r)]() mutable {
+      try {
+        response_ = api.handle(req);
+      } catch (...) {  // handle() promises not to throw; if it ever does, one request fails, never the manager
+        response_ = Api::error_response(Error(Errc::internal, "the manager failed this request"));
+      }
+      r.reset();  // the writer's next write fails: the answer is ready
+    });
+  }
+  StreamedUpload(const StreamedUpload&) = delete;
+  StreamedUpload& operator=(const StreamedUpload&) = delete;
+  ~StreamedUpload() { finish(false); }
+
+  /// Passes on a piece of the body; false (the piece dropped) once the handler has stopped reading.
+  bool feed(std::string_view data) {
+    if (!w_) return false;
+    try {
+      write_all(w_.get(), data);
+      return true;
+    } catch (const Error&) {  // EPIPE: the handler is done (serve ignores SIGPIPE)
+      w_.reset();
+      return false;
+    }
+  }
+  /// Ends the body, whole or cut off (the handler then fails and the agent
+  /// drops its half-written temp file), and waits for the handler's answer.
+  HttpResponse finish(bool complete) {
+    complete_ = complete;
+    w_.reset();
+    if (thread_.joinable()) thread_.join();
+    return std::move(response_);
+  }
+
+ private:
+  Fd w_;
+  std::atomic<bool> complete_{false};
+  HttpResponse response_;
+  std::thread thread_;
+};
 
 // Everything known about one request across libmicrohttpd's callbacks.
 struct Exchange {
@@ -30,8 +89,8 @@ struct Exchange {
   int status = 0;
   bool answered = false;  // a response was queued early (auth, size)
   bool too_large = false;
-  bool spool = false;     // file uploads go to disk, not memory
-  Fd spool_fd;
+  bool streamed = false;  // a file upload: handed on as it arrives, never held whole
+  std::unique_ptr<StreamedUpload> upload;
   uint64_t received = 0;
 };
 
@@ -132,7 +191,7 @@ struct HttpServer::Impl {
                                  .set_hint("send the manager's key in the X-API-Key header"));
       ex->req.key = who;
       ex->key_name = who->name;
-      ex->spool = ex->req.method == "PUT";
+      ex->streamed = ex->req.method == "PUT";  // PUT is only the files route's
       return MHD_YES;
     }
     auto* ex = static_cast<Exchange*>(*state);
@@ -140,56 +199,24 @@ struct HttpServer::Impl {
       *upload_size = 0;
       return MHD_YES;
     }
+    if (ex->streamed) return on_upload(c, *ex, upload, upload_size);
     if (*upload_size) {
       ex->received += *upload_size;
-      if (ex->spool) {
-        if (ex->received > opts.max_upload_bytes) ex->too_large = true;
-        if (!ex->spool_fd && !ex->too_large) {
-          std::string dir = api.config().state_dir + "/tmp";
-          try {
-            make_dirs(dir, 0700);
-          } catch (const Error&) {
-          }
-          ex->spool_fd.reset(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-        }
-        if (ex->spool_fd && !ex->too_large) {
-          try {
-            write_all(ex->spool_fd.get(), std::string_view(upload, *upload_size));
-          } catch (const Error&) {
-            ex->too_large = true;  // disk full: refuse rather than keep half
-          }
-        }
-      } else if (ex->received > body_limit(ex->req.path)) {
-        ex->too_large = true;
-      } else {
-        ex->req.body.append(upload, *upload_size);
-      }
+      if (ex->received > body_limit(ex->req.path)) ex->too_large = true;
+      else ex->req.body.append(upload, *upload_size);
       *upload_size = 0;
       return MHD_YES;
     }
     if (ex->too_large) {
       ex->answered = true;
+      bool files = ends_with(ex->req.path, "/files");
       return queue(c, *ex, Api::error_response(Error(Errc::too_large, "the request body is too large")
-                                                   .set_hint(ex->spool ? "raise cp_max_size"
-                                                                       : "JSON bodies are capped at 1 MiB (64 MiB for exec with stdin)"),
+                                                   .set_hint(files ? "the JSON files write is capped at 64 MiB; send big files "
+                                                                     "raw with PUT /v1/sandboxes/{id}/files?path=P (streamed)"
+                                                                   : "JSON bodies are capped at 1 MiB (64 MiB for exec with stdin)"),
                                                413));
     }
-    m->MHD_get_connection_values(
-        c, MHD_GET_ARGUMENT_KIND,
-        [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
-          static_cast<std::map<std::string, std::string>*>(cls)->emplace(k, v ? v : "");
-          return MHD_YES;
-        },
-        &ex->req.query);
-    if (const char* a = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept")) ex->req.accept = a;
-    if (const char* t = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")) ex->req.content_type = t;
-    if (auto* info = m->MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD)) ex->req.client_fd = info->connect_fd;
-    if (ex->spool && !ex->spool_fd) {
-      std::string dir = api.config().state_dir + "/tmp";
-      make_dirs(dir, 0700);
-      ex->spool_fd.reset(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-    }
-    ex->req.body_fd = ex->spool_fd.get();
+    fill_request(c, *ex);
     ex->answered = true;
     HttpResponse r;
     try {
@@ -200,13 +227,52 @@ struct HttpServer::Impl {
     return queue(c, *ex, std::move(r));
   }
 
+  // What the handler needs beyond method and path, read once the headers are in.
+  void fill_request(MHD_Connection* c, Exchange& ex) {
+    m->MHD_get_connection_values(
+        c, MHD_GET_ARGUMENT_KIND,
+        [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
+          static_cast<std::map<std::string, std::string>*>(cls)->emplace(k, v ? v : "");
+          return MHD_YES;
+        },
+        &ex.req.query);
+    if (const char* a = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept")) ex.req.accept = a;
+    if (const char* t = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")) ex.req.content_type = t;
+    if (auto* info = m->MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD)) ex.req.client_fd = info->connect_fd;
+  }
+
+  // A file upload: its handler starts with the first piece and reads the rest as it comes.
+  MHD_Result on_upload(MHD_Connection* c, Exchange& ex, const char* upload, size_t* upload_size) {
+    if (!ex.upload) {
+      fill_request(c, ex);
+      try {
+        ex.upload = std::make_unique<StreamedUpload>(api, ex.req);
+      } catch (const std::exception& e) {  // no pipe or thread to be had: this request fails, never the manager
+        return early(c, ex, Error(Errc::unavailable, std::string("cannot take the upload: ") + e.what()));
+      }
+    }
+    // No cap on the body here: the handler checks cp_max_size on the content as it flows, and
+    // the sandbox's disk is the real limit.
+    // When the handler answers before the body's end (an error: a missing sandbox, a full
+    // disk, a dead agent, past cp_max_size), feed() fails and the rest is read and dropped:
+    // libmicrohttpd 0.9 takes an answer only before the body or after it.
+    if (*upload_size) {
+      ex.upload->feed(std::string_view(upload, *upload_size));
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    ex.answered = true;
+    return queue(c, ex, ex.upload->finish(true));
+  }
+
+  static bool ends_with(const std::string& path, std::string_view tail) {
+    return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+  }
+
   // Exec requests carry the command's stdin whole, and the platform's JSON
   // file writes their content, so they may be larger than other JSON.
   static size_t body_limit(const std::string& path) {
-    auto ends = [&](std::string_view tail) {
-      return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
-    };
-    bool big = path == "/v1/run" || ends("/exec") || ends("/files");
+    bool big = path == "/v1/run" || ends_with(path, "/exec") || ends_with(path, "/files");
     return big ? size_t{64} << 20 : size_t{1} << 20;
   }
 

@@ -19,7 +19,6 @@ struct HttpOptions {
   unsigned idle_timeout_s = 60;          ///< idle keep-alive and slow-client cutoff
   size_t header_memory = 64 * 1024;      ///< per-connection buffer: caps header size
   unsigned max_connections = 512;
-  uint64_t max_upload_bytes = 1ull << 30;  ///< file uploads (spooled to disk)
 };
 
 class HttpServer {

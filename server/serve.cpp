@@ -93,7 +93,6 @@ HttpOptions http_options(const Config& cfg, const ServeOptions& opts) {
   if (log_format != "plain" && log_format != "json")
     throw Error(Errc::usage, "unknown --log-format '" + log_format + "'").set_hint("use plain or json");
   http.json_logs = log_format == "json";
-  http.max_upload_bytes = cfg.cp_max_bytes + (1 << 20);
   std::string cert = opts.tls_cert.empty() ? cfg.server.tls_cert : opts.tls_cert;
   std::string key = opts.tls_key.empty() ? cfg.server.tls_key : opts.tls_key;
   if (cert.empty() != key.empty()) throw Error(Errc::usage, "--tls-cert and --tls-key go together");

@@ -86,6 +86,7 @@ class OneShotServer {
   void read_request(int c) {
     char buf[65536];
     size_t want = std::string::npos;
+    bool chunked = false;
     for (;;) {
       size_t head_end = request_.find("\r\n\r\n");
       if (head_end != std::string::npos && want == std::string::npos) {
@@ -93,8 +94,11 @@ class OneShotServer {
         for (auto& ch : head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
         size_t cl = head.find("content-length:");
         want = head_end + 4 + (cl == std::string::npos ? 0 : std::stoull(head.substr(cl + 15)));
+        chunked = head.find("transfer-encoding: chunked") != std::string::npos;
       }
-      if (want != std::string::npos && request_.size() >= want) return;
+      // A chunked body (a streamed PUT) ends with its empty last chunk.
+      if (chunked && request_.size() >= want && request_.compare(request_.size() - 5, 5, "0\r\n\r\n") == 0) return;
+      if (!chunked && want != std::string::npos && request_.size() >= want) return;
       pollfd q{c, POLLIN, 0};
       if (::poll(&q, 1, 5000) != 1) return;
       ssize_t n = ::recv(c, buf, sizeof buf, 0);
@@ -119,6 +123,19 @@ std::string http_response(const std::string& status, const std::string& body,
 }
 
 std::string body_of(const std::string& request) { return request.substr(request.find("\r\n\r\n") + 4); }
+
+// The data of a chunked body.
+std::string dechunk(const std::string& body) {
+  std::string out;
+  for (size_t pos = 0;;) {
+    size_t eol = body.find("\r\n", pos);
+    REQUIRE(eol != std::string::npos);
+    size_t n = std::stoul(body.substr(pos, eol - pos), nullptr, 16);
+    if (n == 0) return out;
+    out += body.substr(eol + 2, n);
+    pos = eol + 2 + n + 2;
+  }
+}
 
 sbx::Config config_in(const TempDir& dir) {
   sbx::Config cfg;
@@ -569,7 +586,8 @@ TEST_CASE("remote: stat, put and get_files speak tar with the manager", "[remote
     const std::string& r = srv.request();
     CHECK(contains(r, "PUT /v1/sandboxes/" + std::string(kId) + "/files?path=%2Fwork HTTP/1.1"));
     CHECK(contains(r, "Content-Type: application/x-tar"));
-    tar = body_of(r);
+    CHECK(contains(r, "Transfer-Encoding: chunked"));  // streamed: its size is not known up front
+    tar = dechunk(body_of(r));
   }
   // The uploaded tar, served back, reads as the original tree.
   {
@@ -608,4 +626,38 @@ TEST_CASE("remote: a name travels in the create body and is remembered beside th
   sbx::forget_remote(dir.path, "sbx_222222222222");
   CHECK_FALSE(sbx::remote_named(dir.path, "web"));
   CHECK_FALSE(sbx::remote_named(dir.path, "../remote"));
+}
+
+// A tree whose second file cannot be read: the copy fails midway.
+class FailingSource : public sbx::EntrySource {
+ public:
+  bool next(sbx::FileEntry& e) override {
+    e = entry(n_ == 0 ? "" : "f" + std::to_string(n_), n_ == 0 ? "dir" : "file", 3);
+    return n_++ < 3;
+  }
+  bool read(std::string& chunk) override {
+    if (n_ == 3) throw sbx::Error(Errc::io, "cannot read f2: Input/output error");
+    if (sent_ == n_) return false;
+    sent_ = n_;
+    chunk = "abc";
+    return true;
+  }
+
+ private:
+  int n_ = 0, sent_ = 0;
+};
+
+TEST_CASE("remote: an upload whose source fails midway is cut off, never ended", "[remote]") {
+  TempDir dir("remote");
+  OneShotServer srv({"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"});
+  sbx::RemoteBackend be(config_in(dir), srv.url(), kKey);
+  FailingSource src;
+  auto e = error_of([&] { be.put(kId, "/work/up", src, 1 << 20); });
+  CHECK(e.code() == Errc::io);
+  CHECK(contains(e.message(), "cannot read f2"));  // the source's own error, not the transport's
+  const std::string& r = srv.request();
+  CHECK(contains(r, "Transfer-Encoding: chunked"));
+  // The manager must see a body cut off (so it writes nothing), not a short one that looks whole.
+  CHECK(r.size() >= 5);
+  CHECK(r.compare(r.size() - 5, 5, "0\r\n\r\n") != 0);
 }
