@@ -144,7 +144,7 @@ if mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup; then
 fi
 hostname sandbox
 
-[ -x /newroot/sbin/sbx-agent ] || fail "no /sbin/sbx-agent in the initramfs"
+[ -x "$agent" ] || fail "no /sbin/sbx-agent in the initramfs"
 echo "sbx-guest: starting the agent"
 # A PID namespace of its own: the sandbox sees the agent as PID 1 and its own
 # commands, not the guest kernel's threads. unshare stays PID 1 of the guest

@@ -65,6 +65,8 @@ def busybox_image(root: str) -> str:
         os.symlink("busybox", os.path.join(root, "bin", applet))
     with open(os.path.join(root, "etc", "image-marker"), "w") as f:
         f.write("from the image\n")
+    # An absolute link where the agent goes: followed inside the image, never in the guest's initramfs.
+    os.symlink("/bin", os.path.join(root, "sbin"))
     return root
 
 
@@ -195,6 +197,7 @@ def test_a_plain_busybox_directory_is_an_image_too(sbx, vms, images, driver):
     names = set(sbx.exec(sid, "/bin/ls", "/").ok().out.split())
     assert "marker-dir" in names and "usr" not in names, names
     sbx.sh(sid, "echo kept > /tmp/k").ok()
+    assert sbx.sh(sid, "test -L /sbin && test -s /bin/sbx-agent && echo linked").ok().out == "linked\n"
     assert sbx.exec(sid, "/bin/cat", "/tmp/k").ok().out == "kept\n"
     # A plain directory may change: each sandbox gets its own copy, none is cached beside it.
     assert os.path.isfile(os.path.join(sbx.sandbox_dir(sid), "image.ext4"))
