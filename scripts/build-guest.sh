@@ -45,14 +45,16 @@ dpkg -x "$deb" "$work/k"
 mods="$work/k/lib/modules/$kver/kernel"
 
 # The initramfs: a tiny root holding busybox and /init; the sandbox's files
-# live on an overlay above it (see guest/init).
+# live on an overlay above it, or above an --image's disk (scripts/guest-init.sh).
 root="$work/root"
-mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,layer,newroot,lib/modules,etc,root,work}
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,layer,image,newroot,lib/modules,etc,root,work}
 cp /bin/busybox "$root/bin/busybox"
 for app in $(/bin/busybox --list-full); do
   [[ -e "$root/$app" ]] || ln -s /bin/busybox "$root/$app"
 done
 # Load order matters (no modules.dep in the image): core first, then users.
+# ext4 (with jbd2, mbcache and crc32c), which both disks use, is built into
+# Debian's cloud kernel (CONFIG_EXT4_FS=y); erofs and squashfs are modules.
 for m in drivers/virtio/virtio_ring.ko drivers/virtio/virtio.ko drivers/virtio/virtio_mmio.ko \
          drivers/virtio/virtio_pci_modern_dev.ko drivers/virtio/virtio_pci_legacy_dev.ko drivers/virtio/virtio_pci.ko \
          drivers/char/virtio_console.ko drivers/block/virtio_blk.ko fs/overlayfs/overlay.ko \

@@ -116,10 +116,19 @@ class MicrovmDriver : public Driver {
  public:
   explicit MicrovmDriver(const Config& cfg) : cfg_(cfg) {}
 
-  std::optional<std::string> start_note(const SandboxSpec& /*spec*/) override {
+  std::optional<std::string> start_note(const SandboxSpec& spec) override {
+    std::string note;
+    if (!spec.image.empty()) {
+      std::string cache = image_disk_cache(spec.image);
+      if (cache.empty()) note = "copying " + spec.image + " onto the VM's read-only disk (a plain directory: every create)";
+      else if (!path_exists(cache)) note = "making the image's read-only disk " + cache + " (once per image)";
+    }
     Accel a = choose_accel();
-    if (a.kvm) return std::nullopt;
-    return "booting a micro-VM under TCG emulation (" + a.why + "): a few seconds; TCG is not a security boundary";
+    if (!a.kvm)
+      note += (note.empty() ? "" : "; then ") +
+              std::string("booting a micro-VM under TCG emulation (") + a.why + "): a few seconds; TCG is not a security boundary";
+    if (note.empty()) return std::nullopt;
+    return note;
   }
 
   void start(SandboxRecord& rec, const std::string& dir) override {
@@ -141,8 +150,7 @@ class MicrovmDriver : public Driver {
     std::string agent = find_agent_binary();
     plan.initrd = with_context("preparing the guest's initrd",
                                [&] { return prepare_initrd(guest, agent, cfg_.state_dir + "/microvm"); });
-    plan.disk = dir + "/layer.img";
-    with_context("making the writable layer", [&] { make_layer_disk(plan.disk, spec.limits.disk_mb); });
+    prepare_disks(spec, dir, plan);
     plan.console_log = dir + "/console.log";
     plan.kvm = accel.kvm;
     plan.memory_mb = std::max(spec.limits.memory_mb + kGuestKernelMb, kMinGuestMb);
@@ -150,6 +158,8 @@ class MicrovmDriver : public Driver {
     plan.cmdline_args = "sbx.workdir=" + spec.workdir + " sbx.pids=" + std::to_string(spec.limits.pids) +
                         " sbx.memory=" + std::to_string(spec.limits.memory_mb << 20);
     if (!vmm->relayed()) plan.cmdline_args += " sbx.vsock=" + std::to_string(kAgentVsockPort);
+    // The guest's /init mounts the image's disk (the read-only one) as the overlay's lower.
+    if (!plan.image_disk.empty()) plan.cmdline_args += " sbx.image=ext4";
     Fd tap;
     if (spec.network == "jail") {
       auto jail = net::setup(as_tap(net::request_for(rec, cfg_, "microvm")));
@@ -253,14 +263,20 @@ class MicrovmDriver : public Driver {
     return proc::alive(rec.agent_pid, rec.agent_start);
   }
 
+  // The sandbox's writable layer, and the read-only disk of its image (if any).
+  static void prepare_disks(const SandboxSpec& spec, const std::string& dir, VmPlan& plan) {
+    plan.disk = dir + "/layer.img";
+    with_context("making the writable layer", [&] { make_layer_disk(plan.disk, spec.limits.disk_mb); });
+    if (spec.image.empty()) return;  // the busybox guest: the initramfs is the root
+    plan.image_disk = with_context("making the read-only disk of the image " + spec.image,
+                                   [&] { return image_disk(spec.image, dir + "/image.ext4"); });
+  }
+
   static void check_spec(const SandboxSpec& spec) {
     // none: no NIC at all; jail: one NIC on the jail's tap (start()).
     if (spec.network != "none" && spec.network != "jail")
       throw Error(Errc::unavailable, "network mode '" + spec.network + "' is not available for micro-VMs")
           .set_hint("use --network none (no network device at all) or --network jail");
-    if (!spec.image.empty())
-      throw Error(Errc::unavailable, "--image is not supported by the microvm driver yet: the guest boots its own root")
-          .set_hint("drop --image (the guest has busybox), or use the subprocess or runsc driver");
     for (char c : spec.workdir)
       if (c <= ' ' || c == 0x7f)
         throw Error(Errc::invalid_argument, "a micro-VM's workdir cannot contain spaces or control characters")
@@ -328,8 +344,9 @@ std::vector<Probe> probe(const Config& cfg, bool deep) {
                  "run on a host with usable KVM for isolation and speed", true});
   std::string guest;
   try {
-    guest = find_guest_dir();
-    out.push_back({true, "guest image", guest + " (built " + guest_build_date(guest) + ", kernel " +
+    auto found = find_guest();
+    guest = found.path;
+    out.push_back({true, "guest image", guest + " (" + found.how + "; built " + guest_build_date(guest) + ", kernel " +
                                             tail(guest + "/kernel-version", 80) + ")", ""});
   } catch (const Error& e) {
     out.push_back({false, "guest image", e.message(), e.hint()});

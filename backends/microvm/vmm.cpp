@@ -62,14 +62,22 @@ class Qemu : public Vmm {
         "-kernel", p.kernel, "-initrd", p.initrd,
         "-append", base_cmdline(p),
         "-serial", "file:" + p.console_log,
-        // The writable layer, then the agent's port (the guest finds it by name).
+        // The writable layer (an image's disk after it), then the agent's port (the guest finds it by name).
         "-drive", "id=layer,file=" + p.disk + ",format=raw,if=none,cache=unsafe",
         "-device", "virtio-blk-device,drive=layer",
+    };
+    // The image's root: read-only to the guest (the block device says so; the
+    // guest's /init tells the two disks apart by that) and to QEMU, which
+    // opens it O_RDONLY, so many VMs share one file and the host's page cache.
+    if (!p.image_disk.empty())
+      a.insert(a.end(), {"-drive", "id=image,file=" + p.image_disk + ",format=raw,if=none,readonly=on",
+                         "-device", "virtio-blk-device,drive=image"});
+    a.insert(a.end(), {
         "-device", "virtio-serial-device",
         // QEMU is the client: the VM monitor listens and relays (see agent/vm_monitor.hpp).
         "-chardev", "socket,id=agent,path=" + p.dir + "/serial.sock",
         "-device", "virtserialport,chardev=agent,name=agent",
-    };
+    });
     // The jail's tap, already open (QEMU never opens or configures it itself);
     // no vhost: the in-kernel data path would bypass nothing here, but needs /dev/vhost-net.
     if (p.tap_fd >= 0)
@@ -112,11 +120,13 @@ class CloudHypervisor : public Vmm {
   }
 
   std::vector<ApiRequest> boot_requests(const VmPlan& p) const override {
+    json disks = json::array({{{"path", p.disk}}});
+    if (!p.image_disk.empty()) disks.push_back({{"path", p.image_disk}, {"readonly", true}});
     json cfg = {
         {"cpus", {{"boot_vcpus", p.vcpus}, {"max_vcpus", p.vcpus}}},
         {"memory", {{"size", p.memory_mb << 20}}},
         {"payload", {{"kernel", p.kernel}, {"initramfs", p.initrd}, {"cmdline", base_cmdline(p)}}},
-        {"disks", json::array({{{"path", p.disk}}})},
+        {"disks", disks},
         {"vsock", {{"cid", 3}, {"socket", p.dir + "/vsock.sock"}}},
         {"serial", {{"mode", "File"}, {"file", p.console_log}}},
         {"console", {{"mode", "Off"}}},

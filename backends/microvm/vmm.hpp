@@ -19,6 +19,7 @@ struct VmPlan {
   std::string kernel;       ///< vmlinuz for QEMU, the ELF vmlinux for cloud-hypervisor
   std::string initrd;       ///< the agent's cpio followed by the base initramfs
   std::string disk;         ///< the sandbox's writable layer (raw ext4 image)
+  std::string image_disk;   ///< the --image's root as a raw ext4 image, attached read-only ("" = busybox guest)
   std::string console_log;  ///< where the guest's serial console goes
   unsigned vcpus = 1;
   uint64_t memory_mb = 256;

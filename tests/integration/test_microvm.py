@@ -43,21 +43,27 @@ def vm_processes(sid: str) -> dict[str, list[int]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def vms(sbx, request):
-    """Sandboxes booted at once for this module: name -> id (removed at the end)."""
+def boot_vms(sbx, wanted: dict[str, list[str]], timeout: float = 120):
+    """For a module fixture: micro-VMs booted at once (name -> create flags),
+    yielded as name -> id and removed at the end; a failed boot fails the module."""
     require_listed_driver(sbx, "microvm")
-    wanted = {
-        "plain": [],
-        "small": ["--memory", "64M", "--pids", "50"],
-        "crash": [],
-        "hang": [],
-    }
-    made, errors = create_in_parallel(sbx, {name: ["--driver", "microvm", *flags] for name, flags in wanted.items()})
+    flags = {name: ["--driver", "microvm", *f] for name, f in wanted.items()}
+    made, errors = create_in_parallel(sbx, flags, timeout=timeout)
     yield made
     for sid in made.values():
         sbx.remove(sid)
     assert not errors, "booting the module's VMs failed:\n" + "\n".join(errors)
+
+
+@pytest.fixture(scope="module")
+def vms(sbx, request):
+    """Sandboxes booted at once for this module: name -> id (removed at the end)."""
+    yield from boot_vms(sbx, {
+        "plain": [],
+        "small": ["--memory", "64M", "--pids", "50"],
+        "crash": [],
+        "hang": [],
+    })
 
 
 @microvm_only
@@ -179,7 +185,6 @@ def test_rm_leaves_no_vm_behind(sbx, driver):
 
 @microvm_only
 @pytest.mark.parametrize("flags,needle", [
-    (["--image", "/"], "--image is not supported by the microvm driver"),
     (["--workdir", "/a b"], "cannot contain spaces"),
 ])
 def test_what_micro_vms_cannot_do_yet_fails_clearly(sbx, driver, flags, needle):
@@ -196,6 +201,9 @@ def test_create_on_a_terminal_says_tcg_is_slow_and_no_boundary(sbx, driver):
     checks = {c["name"]: c for c in entry["checks"]}
     assert checks["VMM qemu"]["ok"] or any(n.startswith("VMM cloud-hypervisor") for n in checks), checks
     assert checks["guest image"]["ok"] and "built " in checks["guest image"]["detail"]
+    # Which lookup found it: the tests point SBX_GUEST_DIR at the build's, or find it from the binary.
+    how = ("SBX_GUEST_DIR" if os.environ.get("SBX_GUEST_DIR") else "sbx binary", "build tree")
+    assert any(h in checks["guest image"]["detail"] for h in how), checks["guest image"]
     smoke = next(c for n, c in checks.items() if n.startswith("smoke boot"))
     assert smoke["ok"] and " ms" in smoke["detail"], smoke
     accel = checks["acceleration"]
@@ -244,3 +252,28 @@ def test_gc_reaps_a_vm_whose_sandbox_is_gone(sbx, driver):
     gone = wait_until(lambda: not any(vm_processes(sid).values()), 10)
     assert gone, f"gc left the orphaned VM running: {vm_processes(sid)}"
     assert not [d for d in sbx.cgroup_dirs(sid) if os.path.isdir(d)]
+
+
+@microvm_only
+def test_an_installed_sbx_finds_its_guest_beside_it(sbx, driver, tmp_path):
+    # The installed layout: PREFIX/bin/sbx, PREFIX/libexec/sbx/sbx-agent, PREFIX/lib/sbx/guest.
+    guest = json.loads(sbx.run("doctor", "--driver", "microvm", "--json", timeout=90).stdout)
+    entry = next(d for d in guest["drivers"] if d["name"] == "microvm")
+    src = next(c for c in entry["checks"] if c["name"] == "guest image")["detail"].split(" (")[0]
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec" / "sbx").mkdir(parents=True)
+    (prefix / "lib" / "sbx").mkdir(parents=True)
+    bin_dir = os.path.dirname(sbx.argv()[-1])
+    subprocess.run(["cp", "-a", os.path.join(bin_dir, "sbx"), str(prefix / "bin")], check=True)
+    subprocess.run(["cp", "-a", os.path.join(bin_dir, "sbx-agent"), str(prefix / "libexec" / "sbx")], check=True)
+    subprocess.run(["cp", "-a", src, str(prefix / "lib" / "sbx" / "guest")], check=True)
+    env = {k: v for k, v in sbx.env().items() if k not in ("SBX_GUEST_DIR", "SBX_AGENT")}
+    p = subprocess.run([str(prefix / "bin" / "sbx"), "doctor", "--driver", "microvm", "--json"],
+                       capture_output=True, env=env, timeout=120)
+    rep = json.loads(p.stdout)
+    checks = {c["name"]: c for d in rep["drivers"] if d["name"] == "microvm" for c in d["checks"]}
+    detail = checks["guest image"]["detail"]
+    assert detail.startswith(f"{prefix}/lib/sbx/guest (installed"), detail
+    smoke = next(c for n, c in checks.items() if n.startswith("smoke boot"))
+    assert smoke["ok"], smoke

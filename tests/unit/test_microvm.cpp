@@ -215,6 +215,33 @@ TEST_CASE("cloud-hypervisor: the API socket, vm.create and vm.boot") {
   CHECK(with_body.substr(with_body.size() - 7) == "{\"a\":1}");
 }
 
+TEST_CASE("--image: the image's disk is attached read-only after the writable layer, on both VMMs") {
+  VmPlan p = sample_plan();
+  CHECK_FALSE(has(sbx::microvm::make_qemu("/q")->command_line(p), "id=image"));
+  p.image_disk = "/images/abc/rootfs.ext4";
+  auto a = sbx::microvm::make_qemu("/q")->command_line(p);
+  auto image = std::find(a.begin(), a.end(), "id=image,file=/images/abc/rootfs.ext4,format=raw,if=none,readonly=on");
+  auto layer = std::find_if(a.begin(), a.end(), [](auto& s) { return s.rfind("id=layer,", 0) == 0; });
+  REQUIRE(image != a.end());
+  CHECK(layer < image);
+  CHECK(*(image + 2) == "virtio-blk-device,drive=image");
+  p.kvm = true;
+  auto cfg = nlohmann::json::parse(sbx::microvm::make_cloud_hypervisor("/ch")->boot_requests(p)[0].body);
+  REQUIRE(cfg["disks"].size() == 2);
+  CHECK_FALSE(cfg["disks"][0].contains("readonly"));
+  CHECK(cfg["disks"][1] == nlohmann::json({{"path", "/images/abc/rootfs.ext4"}, {"readonly", true}}));
+}
+
+TEST_CASE("--image: a store entry's disk is cached beside its rootfs, a plain directory's is not") {
+  sbx_test::TempDir tmp("microvm-image");
+  sbx::make_dirs(tmp.path + "/entry/rootfs/etc");
+  sbx::write_file_atomic(tmp.path + "/entry/rootfs/etc/marker", "x\n");
+  CHECK(sbx::microvm::image_disk_cache(tmp.path + "/entry/rootfs").empty());
+  sbx::write_file_atomic(tmp.path + "/entry/image.json", "{}");
+  CHECK(sbx::microvm::image_disk_cache(tmp.path + "/entry/rootfs") == tmp.path + "/entry/rootfs.ext4");
+  CHECK(sbx::microvm::image_disk_cache(tmp.path + "/entry/rootfs/") == tmp.path + "/entry/rootfs.ext4");
+}
+
 TEST_CASE("cloud-hypervisor: API answers and the vsock CONNECT handshake over real sockets") {
   sbx_test::TempDir tmp("microvm");
   std::string api = tmp.path + "/api.sock";
