@@ -127,7 +127,7 @@ _sbx()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$_sbx_global_opts --version" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool" -- "$cur"))
+                COMPREPLY=($(compgen -W "create exec cp ls rm start gc doctor serve pool" -- "$cur"))
             fi
             return ;;
         create) opts=$_sbx_create_opts ;;
@@ -139,6 +139,7 @@ _sbx()
         cp) opts="--max-size" ;;
         ls) opts="--json -q --quiet -f --filter" ;;
         rm) opts="-f --force --all" ;;
+        start) opts="" ;;
         gc) opts="--dry-run --json" ;;
         doctor) opts="--json --driver --remote" ;;
         serve) opts="--listen --driver --tls-cert --tls-key --log-format --api-key-file --insecure-dev" ;;
@@ -169,7 +170,7 @@ _sbx()
         pool)
             ((npos == 0)) && COMPREPLY=($(compgen -W "fill status drain" -- "$cur"))
             ;;
-        rm)
+        rm | start)
             local id
             for id in $(_sbx_ids "${words[0]}"); do
                 [[ " ${pos[*]} " == *" $id "* ]] || COMPREPLY+=($(compgen -W "$id" -- "$cur"))
