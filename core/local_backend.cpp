@@ -362,7 +362,9 @@ SandboxRecord LocalBackend::start(const std::string& id) {
   std::string dir = registry_.dir(rec.id);
   // What the old run left (cgroup, network jail, mounts, a loop device) goes;
   // the disk image in the state directory stays, and the driver starts on it.
-  with_context("clearing what the last run of " + rec.id + " left", [&] { driver->destroy(rec, dir); });
+  SandboxRecord last_run = rec;
+  last_run.driver_data["keep_disk"] = true;  // destroy() would take the disk with it
+  with_context("clearing what the last run of " + rec.id + " left", [&] { driver->destroy(last_run, dir); });
   rec.error.clear();
   try {
     with_context("starting sandbox " + rec.id, [&] { driver->start(rec, dir); });
@@ -370,7 +372,7 @@ SandboxRecord LocalBackend::start(const std::string& id) {
     wait_ready(rec, *driver, dir, nullptr);
   } catch (Error& e) {
     try {
-      driver->destroy(rec, dir);
+      driver->destroy(last_run, dir);
     } catch (const Error& cleanup) {
       e.add_context("(cleanup also failed: " + std::string(cleanup.what()) + ")");
     }

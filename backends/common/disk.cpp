@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -178,6 +179,37 @@ void release(const std::string& dir) {
   std::string image = image_path(dir);
   for (auto& [name, file] : bound())
     if (strip_deleted(file) == image) detach(name);
+}
+
+void dispose(const std::string& state_root, const std::string& dir) {
+  std::string image = image_path(dir);
+  if (!path_exists(image)) return;
+  std::string trash = state_root + "/disks/trash";
+  make_dirs(trash, 0700);
+  std::string name = dir.substr(dir.rfind('/') + 1);
+  std::string target = trash + "/" + name + "-" + std::to_string(::getpid()) + ".img";
+  if (::rename(image.c_str(), target.c_str()) != 0) {
+    if (errno == ENOENT) return;
+    throw sys_error("moving " + image + " away", errno);
+  }
+  // Twice forked, so the deleter is nobody's child to reap; raw calls only
+  // after fork (sbx serve is multi-threaded). Should it never run, the file
+  // stays in the trash, not in the sandbox's directory.
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::fork() == 0) {
+      ::close_range(3, ~0U, 0);
+      ::unlink(target.c_str());
+    }
+    ::_exit(0);
+  }
+  if (child < 0) {
+    ::unlink(target.c_str());
+    return;
+  }
+  int status;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
 }
 
 std::vector<std::string> leftovers(const std::string& state_root, const std::set<std::string>& live) {

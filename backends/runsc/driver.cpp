@@ -271,6 +271,8 @@ class RunscDriver : public Driver {
       unmount(dir + "/rootfs");
       unmount(dir + "/layer");
       disk::release(dir);
+      // Not when `sbx start` clears a persistent sandbox's last run: its disk is what it starts on.
+      if (!rec.driver_data.value("keep_disk", false)) disk::dispose(cfg_.state_dir, dir);
     }
     net::teardown(rec.id);
     cgroup::remove_scope_if_empty(scope);

@@ -85,7 +85,11 @@ class SubprocessDriver : public Driver {
       cgroup::remove_scope_if_empty(scope_of(rec));
       net::teardown(rec.id);
     }
-    if (!dir.empty()) disk::release(dir);
+    if (!dir.empty()) {
+      disk::release(dir);
+      // Not when `sbx start` clears a persistent sandbox's last run: its disk is what it starts on.
+      if (!rec.driver_data.value("keep_disk", false)) disk::dispose(cfg_.state_dir, dir);
+    }
   }
 
   uint64_t oom_kills(const SandboxRecord& rec) override { return cgroup::Group::open(scope_of(rec), rec.id).oom_kills(); }
