@@ -11,8 +11,7 @@ const DriverTable& builtin_drivers() {
   static const DriverTable table = {
       {"subprocess", "namespaces + overlayfs + cgroups + seccomp on this host", &subprocess::probe, &subprocess::make, true, true},
       {"runsc", "gVisor (runsc) containers: a user-space kernel between the code and the host", &runsc::probe, &runsc::make, true, true},
-      // default_image false until the guest boots an image's root (it refuses --image meanwhile).
-      {"microvm", "a micro-VM per sandbox (QEMU microvm or cloud-hypervisor) with its own guest kernel", &microvm::probe, &microvm::make, true, false},
+      {"microvm", "a micro-VM per sandbox (QEMU microvm or cloud-hypervisor) with its own guest kernel", &microvm::probe, &microvm::make, true, true},
       {"deno", "Python (Pyodide) and JavaScript/TypeScript in a Deno process, files in SQLite; no root needed",
        &deno::probe, &deno::make},
   };

@@ -79,6 +79,7 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out);
 void register_cp(CLI::App& app, Globals& g, Outcome& out);
 void register_ls(CLI::App& app, Globals& g, Outcome& out);
 void register_rm(CLI::App& app, Globals& g, Outcome& out);
+void register_start(CLI::App& app, Globals& g, Outcome& out);
 void register_gc(CLI::App& app, Globals& g, Outcome& out);
 void register_doctor(CLI::App& app, Globals& g, Outcome& out);
 void register_serve(CLI::App& app, Globals& g, Outcome& out);

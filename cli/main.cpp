@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   register_cp(app, globals, outcome);
   register_ls(app, globals, outcome);
   register_rm(app, globals, outcome);
+  register_start(app, globals, outcome);
   register_gc(app, globals, outcome);
   register_doctor(app, globals, outcome);
   register_serve(app, globals, outcome);

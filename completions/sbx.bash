@@ -146,7 +146,7 @@ _sbx()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$_sbx_global_opts --version" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image" -- "$cur"))
+                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image start" -- "$cur"))
             fi
             return ;;
         create) opts=$_sbx_create_opts ;;
@@ -158,6 +158,7 @@ _sbx()
         cp) opts="--max-size" ;;
         ls) opts="--json -q --quiet -f --filter" ;;
         rm) opts="-f --force --all" ;;
+        start) opts="" ;;
         gc) opts="--dry-run --json" ;;
         doctor) opts="--json --driver --remote" ;;
         serve) opts="--listen --driver --tls-cert --tls-key --log-format --api-key-file --insecure-dev" ;;
@@ -205,7 +206,7 @@ _sbx()
                 _filedir 2>/dev/null || COMPREPLY=($(compgen -f -- "$cur"))
             fi
             ;;
-        rm)
+        rm | start)
             local id
             for id in $(_sbx_ids "${words[0]}"); do
                 [[ " ${pos[*]} " == *" $id "* ]] || COMPREPLY+=($(compgen -W "$id" -- "$cur"))

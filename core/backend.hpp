@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/agent_client.hpp"
+#include "core/error.hpp"
 #include "core/copy.hpp"
 #include "core/spec.hpp"
 
@@ -62,6 +63,10 @@ class Backend {
   virtual SandboxRecord get(const std::string& id) = 0;
   /// Destroys a sandbox and frees what it held.
   virtual void remove(const std::string& id) = 0;
+  /// Starts a persistent sandbox again whose agent is gone (a host rebooted), on its own disk.
+  virtual SandboxRecord start(const std::string& id) {
+    throw Error(Errc::unavailable, "sbx start " + id + ": not supported by the " + where() + " backend");
+  }
   /// Collects idle, expired and dead sandboxes and orphans.
   virtual GcReport gc(bool dry_run) = 0;
   /// What is at path inside the sandbox, or nullopt.

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.hpp"
 #include "core/lazy_libs.hpp"
@@ -323,6 +324,15 @@ uint64_t transfer(EntrySource& source, EntrySink& sink, uint64_t max_bytes) {
   }
   sink.close();
   return total;
+}
+
+Error upload_error(const Error& e, uint64_t disk_mb) {
+  // The agent's error arrives as its code and message (with strerror), not its errno.
+  bool full = e.sys_errno() == ENOSPC ||
+              (e.code() == Errc::limit_exceeded && std::string_view(e.what()).find(std::strerror(ENOSPC)) != std::string_view::npos);
+  if (!full) return e;
+  return Error(Errc::limit_exceeded, "no space left in the sandbox (disk limit " + format_size(disk_mb << 20) + ")")
+      .set_hint("remove files in the sandbox, or create it with a larger --disk");
 }
 
 }  // namespace sbx

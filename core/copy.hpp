@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/agent_client.hpp"
+#include "core/error.hpp"
 
 namespace sbx {
 
@@ -53,6 +54,11 @@ std::unique_ptr<EntrySink> sandbox_sink(AgentClient& agent, const std::string& t
 /// Moves every entry from source to sink; throws limit_exceeded once more
 /// than max_bytes of file content has passed.
 uint64_t transfer(EntrySource& source, EntrySink& sink, uint64_t max_bytes);
+
+/// An upload's error as the user should see it: a write that found the sandbox's
+/// disk full (ENOSPC inside the sandbox) becomes "no space left in the sandbox
+/// (disk limit 1G)" with what to do; any other error comes back unchanged.
+Error upload_error(const Error& e, uint64_t disk_mb);
 
 /// What a `cp` destination looks like before the copy.
 struct DestInfo {

@@ -170,28 +170,7 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
     images::add_user(spec.image, rec.id, dir);
     with_context("starting sandbox " + rec.id, [&] { driver.start(rec, dir); });
     registry_.save(rec);
-    // Ready means the agent answers, not merely that a process exists.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
-    int waited = 0;
-    for (int delay_us = 200;; delay_us = std::min(delay_us * 2, 50'000)) {
-      try {
-        AgentClient agent(driver.connect(rec, dir));
-        agent.ping();
-        break;
-      } catch (const Error& e) {
-        // A socket path that cannot exist (too long) never starts answering.
-        if (e.code() == Errc::invalid_argument) throw;
-        if (!driver.alive(rec))
-          throw Error(Errc::unavailable, "the sandbox exited while starting").add_context(e.what());
-        if (std::chrono::steady_clock::now() > deadline)
-          throw Error(Errc::timeout, "the sandbox's agent did not answer within " +
-                                         std::to_string(kReadyTimeoutMs / 1000) + " s")
-              .add_context("last attempt: " + std::string(e.what()));
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-      waited += delay_us;
-      if (progress && waited >= 1'000'000 && waited - delay_us < 1'000'000) progress("waiting for the sandbox to boot");
-    }
+    wait_ready(rec, driver, dir, progress);
     rec.state = for_pool ? SandboxState::pooled : SandboxState::running;
     registry_.save(rec);
     registry_.touch(rec.id);
@@ -207,6 +186,30 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
   }
 }
 
+void LocalBackend::wait_ready(SandboxRecord& rec, Driver& driver, const std::string& dir, const Progress& progress) {
+  // Ready means the agent answers, not merely that a process exists.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
+  int waited = 0;
+  for (int delay_us = 200;; delay_us = std::min(delay_us * 2, 50'000)) {
+    try {
+      AgentClient agent(driver.connect(rec, dir));
+      agent.ping();
+      return;
+    } catch (const Error& e) {
+      // A socket path that cannot exist (too long) never starts answering.
+      if (e.code() == Errc::invalid_argument) throw;
+      if (!driver.alive(rec)) throw Error(Errc::unavailable, "the sandbox exited while starting").add_context(e.what());
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(Errc::timeout, "the sandbox's agent did not answer within " +
+                                       std::to_string(kReadyTimeoutMs / 1000) + " s")
+            .add_context("last attempt: " + std::string(e.what()));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    waited += delay_us;
+    if (progress && waited >= 1'000'000 && waited - delay_us < 1'000'000) progress("waiting for the sandbox to boot");
+  }
+}
+
 AgentClient LocalBackend::connect(SandboxRecord& rec, Driver& driver) {
   if (rec.state != SandboxState::running)
     throw Error(Errc::conflict, "sandbox " + rec.id + " is " + std::string(state_name(rec.state)))
@@ -219,7 +222,8 @@ AgentClient LocalBackend::connect(SandboxRecord& rec, Driver& driver) {
       rec.error = "its agent is gone";
       registry_.save(rec);
       throw Error(Errc::unavailable, "sandbox " + rec.id + " died (its agent is gone)")
-          .set_hint("remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes");
+          .set_hint(rec.spec.persistent ? "start it again, with its files, with `sbx start " + rec.id + "`"
+                                        : "remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes");
     }
     throw;
   }
@@ -371,6 +375,44 @@ void LocalBackend::remove(const std::string& id) {
   with_context("removing sandbox " + rec.id, [&] { destroy(rec); });
 }
 
+SandboxRecord LocalBackend::start(const std::string& id) {
+  SandboxRecord rec = registry_.get(id);
+  Fd guard = registry_.lock(rec.id, true);
+  rec = registry_.get(rec.id);
+  auto driver = driver_for(rec);
+  bool running = (rec.state == SandboxState::running || rec.state == SandboxState::pooled) && driver->alive(rec);
+  if (running) throw Error(Errc::conflict, "sandbox " + rec.id + " is already running");
+  if (!rec.spec.persistent)
+    throw Error(Errc::conflict, "sandbox " + rec.id + " is not persistent: its files went with its agent")
+        .set_hint("remove it with `sbx rm " + rec.id + "`; create sandboxes with --persistent to keep them across restarts");
+  std::string dir = registry_.dir(rec.id);
+  // What the old run left (cgroup, network jail, mounts, a loop device) goes;
+  // the disk image in the state directory stays, and the driver starts on it.
+  SandboxRecord last_run = rec;
+  last_run.driver_data["keep_disk"] = true;  // destroy() would take the disk with it
+  with_context("clearing what the last run of " + rec.id + " left", [&] { driver->destroy(last_run, dir); });
+  rec.error.clear();
+  try {
+    with_context("starting sandbox " + rec.id, [&] { driver->start(rec, dir); });
+    registry_.save(rec);
+    wait_ready(rec, *driver, dir, nullptr);
+  } catch (Error& e) {
+    try {
+      driver->destroy(last_run, dir);
+    } catch (const Error& cleanup) {
+      e.add_context("(cleanup also failed: " + std::string(cleanup.what()) + ")");
+    }
+    rec.state = SandboxState::dead;
+    rec.error = e.what();
+    registry_.save(rec);
+    throw;
+  }
+  rec.state = SandboxState::running;
+  registry_.save(rec);
+  registry_.touch(rec.id);
+  return rec;
+}
+
 std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, int64_t now,
                                     const std::map<std::string, std::string>& unwanted_pooled, bool& alive) {
   bool pooled = rec.state == SandboxState::pooled;
@@ -381,6 +423,8 @@ std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, in
   if (client.pid && client.pid_ns == proc::pid_namespace() && !proc::alive(client.pid, client.start))
     return "one-shot client (pid " + std::to_string(client.pid) + ") is gone";
   if (rec.state == SandboxState::creating && now - rec.created_ms < kStrayGraceMs) return "";
+  // A persistent sandbox's disk outlives its agent (a host reboot): it waits, dead, for `sbx start` or `sbx rm`.
+  if (!alive && rec.spec.persistent && (rec.state == SandboxState::running || rec.state == SandboxState::dead)) return "";
   if (!alive) return rec.state == SandboxState::running || pooled ? "its agent is gone" : std::string(state_name(rec.state));
   if (pooled) {
     // Waiting in the warm pool is not idleness: only the pool's own rules remove it.
@@ -506,7 +550,11 @@ uint64_t LocalBackend::with_files(const std::string& id, const char* what, F&& f
 uint64_t LocalBackend::put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) {
   return with_files(id, "copy into it", [&](AgentClient& agent) {
     auto sink = sandbox_sink(agent, target);
-    return transfer(source, *sink, max_bytes);
+    try {
+      return transfer(source, *sink, max_bytes);
+    } catch (const Error& e) {
+      throw upload_error(e, registry_.get(id).spec.limits.disk_mb);
+    }
   });
 }
 

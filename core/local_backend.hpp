@@ -26,6 +26,7 @@ class LocalBackend : public Backend {
   std::vector<SandboxRecord> list() override;
   SandboxRecord get(const std::string& id) override;
   void remove(const std::string& id) override;
+  SandboxRecord start(const std::string& id) override;
   GcReport gc(bool dry_run) override;
   std::optional<FileEntry> stat(const std::string& id, const std::string& path) override;
   uint64_t put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) override;
@@ -67,6 +68,8 @@ class LocalBackend : public Backend {
   /// pooled (for the warm pool) or running.
   SandboxRecord start_new(const SandboxSpec& spec, Driver& driver, const Progress& progress, bool for_pool,
                           const OneShotClient& one_shot = {});
+  /// Waits until the just-started sandbox's agent answers (or it died, or the time ran out).
+  void wait_ready(SandboxRecord& rec, Driver& driver, const std::string& dir, const Progress& progress);
   /// Why gc should remove rec (empty: keep it); `alive` says whether its agent runs.
   std::string gc_reason(const SandboxRecord& rec, Driver& driver, int64_t now,
                         const std::map<std::string, std::string>& unwanted_pooled, bool& alive);

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "backends/common/cgroup.hpp"
+#include "backends/common/disk.hpp"
 #include "backends/common/hostview.hpp"
 #include "backends/common/net/dns.hpp"
 #include "backends/common/net/jail.hpp"
@@ -118,19 +119,29 @@ class RunscDriver : public Driver {
     Limits limits = with_runtime_allowance(rec.spec.limits);
     auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, limits); });
 
-    // The writable layer: a tmpfs capped at the disk limit (the cap is the
-    // tmpfs size), private to this sandbox and alive until destroy(), under an
-    // overlay whose lower layer is the read-only base.
+    // The writable layer: the sandbox's disk image (capped at the disk limit
+    // by its size), mounted on the host until destroy(), under an overlay
+    // whose lower layer is the read-only base. gVisor writes through its gofer
+    // into this overlay, so no file lands in gVisor's memory-backed overlay
+    // (runsc's --overlay stays off) and none counts toward --memory.
     std::string lower = rec.spec.image.empty() ? hostview::ensure_skeleton(cfg_.state_dir) : rec.spec.image;
     std::string layer = dir + "/layer", rootfs = dir + "/rootfs", sock = dir + "/sock", bundle = dir + "/bundle";
     for (auto* d : {&layer, &rootfs, &bundle}) make_dirs(*d, 0700);
     make_dirs(sock, 0700);
-    std::string tmpfs_opts = "mode=0755,size=" + std::to_string(rec.spec.limits.disk_mb * 1024 * 1024);
-    if (::mount("tmpfs", layer.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_opts.c_str()) != 0)
-      throw sys_error("mounting the writable layer (tmpfs) at " + layer, errno);
+    // A persistent sandbox started again: its share is still locked and holds the old, dead socket.
+    ::unlink((sock + "/agent.sock").c_str());
+    if (::chown(sock.c_str(), 0, 0) != 0 || ::chmod(sock.c_str(), 0700) != 0)
+      throw sys_error("unlocking the agent's share " + sock, errno);
+    with_context("preparing the sandbox's disk", [&] {
+      disk::Loop loop = disk::attach(disk::ensure_image(cfg_.state_dir, dir, rec.spec.limits.disk_mb));
+      disk::mount(loop, layer);  // from here the mount holds the device; the fd closes on return
+    });
     make_dirs(layer + "/upper", 0755);
     make_dirs(layer + "/work", 0755);
-    std::string ovl = "lowerdir=" + lower + ",upperdir=" + layer + "/upper,workdir=" + layer + "/work,volatile";
+    // volatile: a scratch layer needs no syncs; a persistent one must mount again after a reboot,
+    // which overlayfs refuses for a workdir a volatile mount used.
+    std::string ovl = "lowerdir=" + lower + ",upperdir=" + layer + "/upper,workdir=" + layer + "/work";
+    if (!rec.spec.persistent) ovl += ",volatile";
     if (::mount("overlay", rootfs.c_str(), "overlay", MS_NOSUID | MS_NODEV, ovl.c_str()) != 0)
       throw sys_error("mounting the sandbox's root overlay at " + rootfs, errno);
 
@@ -259,6 +270,9 @@ class RunscDriver : public Driver {
     if (!dir.empty()) {
       unmount(dir + "/rootfs");
       unmount(dir + "/layer");
+      disk::release(dir);
+      // Not when `sbx start` clears a persistent sandbox's last run: its disk is what it starts on.
+      if (!rec.driver_data.value("keep_disk", false)) disk::dispose(cfg_.state_dir, dir);
     }
     net::teardown(rec.id);
     cgroup::remove_scope_if_empty(scope);

@@ -43,7 +43,7 @@ std::vector<std::string> global_args(const std::string& bin, const std::string& 
   // runsc mistakes for its hierarchy; sbx puts the whole runsc process tree
   // into its own cgroup instead (see driver.cpp), the same as the subprocess driver's.
   // --overlay2=none: this runsc otherwise keeps root writes in the sentry's
-  // memory; sbx's own overlay (a size-capped tmpfs layer) must take them.
+  // memory; sbx's own overlay (its upper on the sandbox's disk image) must take them.
   return {bin, "--root", root, "--platform", platform, "--network=none", "--host-uds=all", "--ignore-cgroups",
           "--overlay2=none"};
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "backends/common/cgroup.hpp"
+#include "backends/common/disk.hpp"
 #include "backends/common/hostview.hpp"
 #include "backends/common/net/jail.hpp"
 #include "backends/common/probes.hpp"
@@ -43,7 +44,13 @@ class SubprocessDriver : public Driver {
     } else {
       plan.lower = rec.spec.image;
     }
-    plan.disk_bytes = rec.spec.limits.disk_mb * 1024 * 1024;
+    // The layer's disk, capped at --disk by its size; the open device goes
+    // when this returns, leaving the sandbox's mount its only user.
+    disk::Loop layer = with_context("preparing the sandbox's disk", [&] {
+      return disk::attach(disk::ensure_image(cfg_.state_dir, dir, rec.spec.limits.disk_mb));
+    });
+    plan.layer_dev = layer.path();
+    plan.persistent = rec.spec.persistent;
     plan.uid_base = rec.uid_base;
     plan.workdir = rec.spec.workdir;
     plan.agent_path = find_agent_binary();
@@ -65,10 +72,11 @@ class SubprocessDriver : public Driver {
     return proc::alive(rec.agent_pid, rec.agent_start);
   }
 
-  void destroy(const SandboxRecord& rec, const std::string& /*dir*/) override {
+  void destroy(const SandboxRecord& rec, const std::string& dir) override {
     // Killing the init ends the PID namespace (the kernel kills the rest) and
-    // with it the mount namespace that holds the writable layer; the cgroup
-    // sweep below catches anything that raced.
+    // with it the mount namespace that holds the writable layer, whose loop
+    // device then detaches itself; the cgroup sweep and release() below catch
+    // anything that raced.
     proc::kill_pinned(rec.agent_pid, rec.agent_start);
     if (!rec.id.empty()) {
       cgroup::Group::open(scope_of(rec), rec.id).destroy();
@@ -76,6 +84,11 @@ class SubprocessDriver : public Driver {
       // (fails harmlessly while others remain): one state root per CI job must not pile up groups.
       cgroup::remove_scope_if_empty(scope_of(rec));
       net::teardown(rec.id);
+    }
+    if (!dir.empty()) {
+      disk::release(dir);
+      // Not when `sbx start` clears a persistent sandbox's last run: its disk is what it starts on.
+      if (!rec.driver_data.value("keep_disk", false)) disk::dispose(cfg_.state_dir, dir);
     }
   }
 
@@ -91,6 +104,8 @@ class SubprocessDriver : public Driver {
     for (auto& name : cgroup::Group::list_all(scope()))
       if (!live_ids.count(name) && valid_sandbox_id(name)) out.push_back("cgroup sbx/" + scope() + "/" + name);
     for (auto& id : net::leftovers(cfg_.state_dir, "subprocess", live_ids)) out.push_back("netjail " + id);
+    // Loop devices of the state root's disks: this driver reports those of runsc sandboxes too (same images).
+    for (auto& l : disk::leftovers(cfg_.state_dir, live_ids)) out.push_back(l);
     return out;
   }
 
@@ -101,6 +116,8 @@ class SubprocessDriver : public Driver {
       cgroup::remove_scope_if_empty(scope());
     } else if (what.rfind("netjail ", 0) == 0) {
       net::teardown(what.substr(8));
+    } else if (what.rfind("loop ", 0) == 0) {
+      disk::reap(what);
     }
   }
 

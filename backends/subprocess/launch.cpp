@@ -18,6 +18,7 @@
 #include <cstring>
 #include <grp.h>
 
+#include "backends/common/disk.hpp"
 #include "backends/common/hostview.hpp"
 #include "backends/common/net/dns.hpp"
 #include "backends/common/process.hpp"
@@ -45,7 +46,7 @@ enum Step : int {
 const char* step_name(int s) {
   switch (s) {
     case kStepPrivate: return "making mounts private";
-    case kStepTmpfs: return "mounting the writable layer (tmpfs)";
+    case kStepTmpfs: return "mounting the writable layer (its disk image)";
     case kStepLayers: return "preparing the overlay directories";
     case kStepOverlay: return "mounting the overlay root filesystem";
     case kStepBind: return "bind-mounting the host's read-only directories";
@@ -79,7 +80,7 @@ struct Failure {
 // All strings the init needs, built before fork: after fork in a possibly
 // multi-threaded process only raw system calls are safe.
 struct Prepared {
-  std::string mnt, upper, work, root, overlay_opts, tmpfs_opts;
+  std::string mnt, upper, work, root, overlay_opts, layer_dev;
   std::vector<std::pair<std::string, std::string>> binds;  // host -> target
   // Directories the sandbox's root must own, with their missing parents first;
   // .second: chown even when it already exists (false: only if created here).
@@ -118,9 +119,12 @@ void bring_up_loopback(int report_fd) {
 [[noreturn]] void init_child(const Prepared& p, int report_fd, int go_fd, int listen_fd, int agent_fd, int log_fd) {
   int r = report_fd;
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(r, kStepPrivate);
-  if (::mount("tmpfs", p.mnt.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, p.tmpfs_opts.c_str()) != 0) fail(r, kStepTmpfs);
+  // Mounted in this namespace only: when the sandbox ends, so does the mount, and the loop device detaches itself.
+  if (::mount(p.layer_dev.c_str(), p.mnt.c_str(), "ext4", MS_NOSUID | MS_NODEV, disk::kMountOptions) != 0)
+    fail(r, kStepTmpfs);
+  // They exist already when a persistent sandbox starts again on its old disk.
   for (auto* d : {&p.upper, &p.work, &p.root})
-    if (::mkdir(d->c_str(), 0755) != 0) fail(r, kStepLayers);
+    if (::mkdir(d->c_str(), 0755) != 0 && errno != EEXIST) fail(r, kStepLayers);
   if (::chown(p.upper.c_str(), p.uid_base, p.uid_base) != 0) fail(r, kStepLayers);
   if (::mount("overlay", p.root.c_str(), "overlay", MS_NOSUID | MS_NODEV, p.overlay_opts.c_str()) != 0)
     fail(r, kStepOverlay);
@@ -196,9 +200,11 @@ Prepared prepare(const LaunchPlan& plan) {
   p.upper = p.mnt + "/upper";
   p.work = p.mnt + "/work";
   p.root = p.mnt + "/root";
-  p.tmpfs_opts = "mode=0755,size=" + std::to_string(plan.disk_bytes);
-  // volatile: the layer is in memory already, syncs buy nothing.
-  p.overlay_opts = "lowerdir=" + plan.lower + ",upperdir=" + p.upper + ",workdir=" + p.work + ",volatile";
+  p.layer_dev = plan.layer_dev;
+  // volatile: a scratch layer needs no syncs. Not for a persistent one: overlayfs
+  // refuses to mount a workdir a volatile mount used before, and it must mount again after a reboot.
+  p.overlay_opts = "lowerdir=" + plan.lower + ",upperdir=" + p.upper + ",workdir=" + p.work;
+  if (!plan.persistent) p.overlay_opts += ",volatile";
   for (auto& b : plan.ro_binds) p.binds.emplace_back(b, p.root + b);
   // Each component, so a nested one (/work/a/b) or one whose parent the image
   // lacks (/var/tmp) is created whole; only the last is the sandbox's for sure.

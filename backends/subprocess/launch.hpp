@@ -1,5 +1,5 @@
 // Starting a sandbox's init (the agent) in fresh namespaces: a private mount
-// tree (tmpfs-backed overlay over the read-only base, fresh /proc, minimal
+// tree (an overlay over the read-only base whose upper is the sandbox's disk, fresh /proc, minimal
 // /dev), its own PID, network (loopback only, or a network jail's
 // namespace joined by setns), IPC, UTS and cgroup namespaces, and a user
 // namespace that maps the sandbox's root to an unprivileged host uid range
@@ -20,7 +20,8 @@ struct LaunchPlan {
   std::string state_dir;              ///< the sandbox's private directory on the host
   std::string lower;                  ///< read-only base directory (skeleton or --image)
   std::vector<std::string> ro_binds;  ///< host dirs bind-mounted read-only at the same path (host view)
-  uint64_t disk_bytes = 0;            ///< size of the writable layer
+  std::string layer_dev;              ///< the loop device of the sandbox's disk image (the writable layer)
+  bool persistent = false;            ///< the layer must mount again later (no volatile overlay)
   uint32_t uid_base = 0;              ///< host uid/gid of the sandbox's root
   std::string workdir;                ///< created and owned by the sandbox's root
   std::string hostname = "sandbox";

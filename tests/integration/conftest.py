@@ -183,6 +183,19 @@ def mountinfo_lines_mentioning(needle: str) -> list[str]:
     return hits
 
 
+def loop_devices_under(prefix: str) -> list[str]:
+    """Bound loop devices whose backing file is under prefix: "/dev/loopN FILE" each."""
+    out = []
+    for f in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            backing = f.read_text().strip()
+        except OSError:
+            continue  # detached meanwhile
+        if backing.startswith(prefix):
+            out.append(f"/dev/{f.parent.parent.name} {backing}")
+    return sorted(out)
+
+
 def cgroup_roots() -> list[str]:
     """The cgroup hierarchies sbx puts its 'sbx' parent under (mirrors backends/common/cgroup.cpp)."""
     def words(p):
@@ -431,6 +444,9 @@ class Sbx:
         if mounts:
             problems.append(f"[{self.label}] mounts still reference the state root {self.state_dir}:\n  "
                             + "\n  ".join(mounts[:20]))
+        loops = loop_devices_under(self.state_dir + "/")
+        if loops:
+            problems.append(f"[{self.label}] loop devices still bound to disks of {self.state_dir}: {loops}")
         sb = Path(self.state_dir, "sandboxes")
         if sb.is_dir():
             leftovers = sorted(p.name for p in sb.iterdir())
