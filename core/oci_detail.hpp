@@ -11,26 +11,13 @@
 #include <string_view>
 #include <vector>
 
+#include "core/sha256.hpp"
+
 namespace sbx::oci::detail {
 
-/// An incremental SHA-256 (libcrypto's, loaded lazily).
-class Sha256 {
- public:
-  Sha256();
-  ~Sha256();
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  /// Adds bytes to the digest.
-  void update(const void* data, size_t n);
-  /// "sha256:<64 lowercase hex>"; the object is spent afterwards.
-  std::string digest();
-
- private:
-  void* ctx_ = nullptr;
-};
-
-/// "sha256:<hex>" of a whole byte string.
-std::string sha256_of(std::string_view data);
+// The blobs' digests: core/sha256.hpp (libcrypto's SHA-256).
+using sbx::Sha256;
+using sbx::sha256_of;
 
 /// A path's components, with leading '/' and "." dropped (absolute names
 /// are taken relative to the root, as tar does); nullopt when one is "..".

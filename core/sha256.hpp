@@ -1,9 +1,9 @@
-// SHA-256 (FIPS 180-4), for content addresses: an image's id is the digest
-// of its normalized recipe. Small and dependency-free, so sbx links no
-// crypto library for it.
+// SHA-256 for content addresses (an image's id, an OCI blob's digest):
+// libcrypto's, loaded on first use (core/lazy_libs.hpp), so sbx calls that
+// never hash pay nothing for it.
 #pragma once
 
-#include <cstdint>
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -13,20 +13,23 @@ namespace sbx {
 class Sha256 {
  public:
   Sha256();
-  /// Adds bytes to the message.
-  void update(std::string_view data);
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(const void* data, size_t n);
+  void update(std::string_view data) { update(data.data(), data.size()); }
   /// The digest as 64 lowercase hex digits; the object is spent afterwards.
   std::string hex();
+  /// "sha256:" + hex(), the OCI form.
+  std::string digest() { return "sha256:" + hex(); }
 
  private:
-  void block(const unsigned char* p);
-  uint32_t h_[8];
-  unsigned char buf_[64];
-  size_t used_ = 0;
-  uint64_t total_ = 0;
+  void* ctx_ = nullptr;
 };
 
 /// The hex SHA-256 of data.
 std::string sha256_hex(std::string_view data);
+/// "sha256:<hex>" of data.
+std::string sha256_of(std::string_view data);
 
 }  // namespace sbx
