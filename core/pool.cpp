@@ -53,7 +53,7 @@ SandboxSpec pool_spec(const std::string& driver, const Config& cfg, const Driver
 PoolFit pool_fit(const SandboxSpec& want, const SandboxSpec& pooled) {
   if (want.driver != pooled.driver || want.image != pooled.image || want.network != pooled.network)
     return PoolFit::none;
-  // The disk cap is the size of a tmpfs mounted inside the sandbox's own mount namespace.
+  // The disk cap is the size of the sandbox's own disk image, made when it started.
   if (want.limits.disk_mb != pooled.limits.disk_mb) return PoolFit::none;
   // Elsewhere the sandbox's root (without capabilities once the agent serves)
   // may not be allowed to create it; the pool's own workdir is the sandbox's.
