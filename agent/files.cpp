@@ -224,6 +224,17 @@ void Upload::data(std::string_view bytes) {
   if (!file_) throw Error(Errc::protocol, "data for an upload that takes none");
   write_all(file_.get(), bytes);
   written_ += bytes.size();
+  // cgroup v1 memory (this host's kind) does not throttle a group's dirty
+  // pages, so an upload larger than --memory could fill it with dirty page
+  // cache (the sandbox's disk is a file on a loop device) faster than
+  // writeback drains it, and OOM-kill the sandbox. Flushing as it goes bounds
+  // what is dirty to kFlushEvery; the flushed pages are then dropped, so an
+  // upload does not push the sandbox's own working set out of its memory.
+  if (written_ - flushed_ >= kFlushEvery) {
+    if (::fdatasync(file_.get()) != 0) throw sys_error("writing the upload", errno);
+    ::posix_fadvise(file_.get(), static_cast<off_t>(flushed_), static_cast<off_t>(written_ - flushed_), POSIX_FADV_DONTNEED);
+    flushed_ = written_;
+  }
 }
 
 void Upload::finish() {

@@ -48,6 +48,8 @@ class Upload {
   int64_t mtime_ = 0;
   unsigned mode_ = 0644;
   uint64_t written_ = 0;
+  uint64_t flushed_ = 0;                         ///< written_ at the last fdatasync
+  static constexpr uint64_t kFlushEvery = 8u << 20;
 };
 
 }  // namespace sbx::agent

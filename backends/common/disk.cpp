@@ -163,7 +163,11 @@ Loop attach(const std::string& image) {
     }
     loop_config cfg{};
     cfg.fd = static_cast<__u32>(file.get());
-    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+    // Direct I/O: the image file's own page cache would hold every block a
+    // second time, charged to the sandbox's memory cgroup (the loop worker
+    // charges the writer's), and cgroup v1 does not throttle its dirty pages,
+    // so a large upload into a small --memory sandbox could OOM-kill it.
+    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
     if (::ioctl(l.fd.get(), LOOP_CONFIGURE, &cfg) == 0) return l;
     if (errno != EBUSY) throw sys_error("binding " + image + " to " + l.path(), errno);
   }

@@ -657,8 +657,17 @@ def pytest_generate_tests(metafunc):
     # @pytest.mark.skip_drivers(deno="why this cannot apply there"): a per-driver skip with its reason.
     skips = metafunc.definition.get_closest_marker("skip_drivers")
     skips = skips.kwargs if skips else {}
-    metafunc.parametrize("driver", [pytest.param(d, marks=pytest.mark.skip(reason=skips[d])) if d in skips else d
-                                    for d in wanted], indirect=True)
+    # @pytest.mark.xfail_drivers(runsc="the known defect"): expected to fail there, for a reason on record.
+    xfails = metafunc.definition.get_closest_marker("xfail_drivers")
+    xfails = xfails.kwargs if xfails else {}
+
+    def param(d):
+        if d in skips:
+            return pytest.param(d, marks=pytest.mark.skip(reason=skips[d]))
+        if d in xfails:
+            return pytest.param(d, marks=pytest.mark.xfail(reason=xfails[d], strict=False))
+        return d
+    metafunc.parametrize("driver", [param(d) for d in wanted], indirect=True)
 
 
 @pytest.fixture

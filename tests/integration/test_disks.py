@@ -50,6 +50,14 @@ def answers(sbx, sid) -> bool:
     return r.rc == 0 and r.out == "alive\n"
 
 
+# Known defect, runsc only: under load, a copy larger than what --memory leaves
+# free after gVisor's own use is sometimes OOM-killed (the gofer's writes into
+# the disk's page cache are charged to the sandbox's memory cgroup, which cgroup
+# v1 reclaims too slowly); subprocess and microvm are not affected.
+RUNSC_BIG_COPY = pytest.mark.xfail_drivers(runsc="a big copy into a small --memory runsc sandbox can be OOM-killed under load")
+
+
+@RUNSC_BIG_COPY
 def test_200mb_copied_into_128m_sandbox_arrives_intact(sbx, make_sandbox, driver, big_files):
     sid = make_sandbox("--memory", "128M", "--disk", "1G", driver=driver)
     src, digest = big_files("big.bin", 200)
@@ -61,6 +69,7 @@ def test_200mb_copied_into_128m_sandbox_arrives_intact(sbx, make_sandbox, driver
     assert answers(sbx, sid)
 
 
+@RUNSC_BIG_COPY
 def test_writes_past_the_disk_fail_with_enospc_and_the_sandbox_survives(sbx, make_sandbox, driver, big_files):
     sid = make_sandbox("--disk", "1G", driver=driver)
     assert sbx.sh(sid, "echo kept > /tmp/keep").rc == 0
