@@ -118,9 +118,11 @@ class TarSource : public Source {
       la().archive_read_support_filter_zstd(a);
       la().archive_read_support_filter_xz(a);
       la().archive_read_support_format_tar(a);
-      if (la().archive_read_open_fd(a, src.fd_.get(), 64 * 1024) != ARCHIVE_OK)
+      if (la().archive_read_open_fd(a, src.fd_.get(), 64 * 1024) != ARCHIVE_OK) {
+        la().archive_read_free(a);  // the destructor does not run for a constructor that throws
         throw Error(Errc::invalid_argument, path + " is neither a tar archive nor a directory")
             .set_hint(kImageHint);
+      }
     }
     ~Reader() { la().archive_read_free(a); }
     Reader(const Reader&) = delete;
