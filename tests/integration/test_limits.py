@@ -75,7 +75,10 @@ def test_memory_hog_killed(sbx, make_sandbox, driver):
     other = make_sandbox(driver=driver)
     sid = make_sandbox("--memory", "64M", driver=driver)
     need_python(sbx, sid)
-    r = sbx.exec(sid, "python3", "-c", "b = b'x' * (300 << 20); print('survived', len(b))", timeout=120)
+    # In 1 MiB pieces: one 300 MiB request is refused outright (MemoryError)
+    # where the whole machine is smaller than that, as a micro-VM's guest is.
+    r = sbx.exec(sid, "python3", "-c", "b = [b'x' * (1 << 20) for _ in range(300)]; print('survived', len(b))",
+                 timeout=120)
     assert r.rc == 137, r
     assert "survived" not in r.out
     assert "out of memory" in r.err, r
@@ -130,6 +133,8 @@ def cgroup_throttled_seconds(sbx, sid):
 
 @pytest.mark.skip_drivers(deno="Pyodide's time.process_time() counts wall time, so the measurement cannot "
                                "see the cap; test_cgroup_knobs_match_flags checks the deno sandbox's cpu quota")
+@pytest.mark.xfail_drivers(microvm="a guest's own clocks cannot see the host throttling its vCPU (no steal "
+                                   "time under TCG), so this in-guest measurement reads ~1.0; to be measured from the host")
 def test_cpu_cap(sbx, make_sandbox, driver):
     sid = make_sandbox("--cpus", "0.5", driver=driver)
     need_python(sbx, sid)

@@ -475,10 +475,11 @@ def vm_resolve(sbx: Sbx, sid: str, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def vm_jails(world, net_sbx):
-    """Micro-VMs booted at once: name -> id ("jail", "jail2": --network jail; "none")."""
+    """Micro-VMs booted at once: name -> id ("jail", "jail2": --network jail; "none").
+    The busybox guest (--image host): its nc and nslookup are the probes here."""
     require_listed_driver(net_sbx, "microvm")
     made, errors = create_in_parallel(
-        net_sbx, {name: ["--driver", "microvm", "--network", network]
+        net_sbx, {name: ["--driver", "microvm", "--image", "host", "--network", network]
                   for name, network in {"jail": "jail", "jail2": "jail", "none": "none"}.items()},
         env={"SBX_NET_DNS": WORLD_DNS})
     try:
