@@ -3,6 +3,7 @@
 // speak only to this interface.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,20 @@ struct GcAction {
 struct GcReport {
   std::vector<GcAction> actions;
 };
+
+/// Records `a` in `out`, first running `fn` unless this is a dry run: done
+/// when fn returns, its error when it throws (gc goes on with the next one).
+inline void run_gc_action(std::vector<GcAction>& out, bool dry_run, GcAction a, const std::function<void()>& fn) {
+  if (!dry_run) {
+    try {
+      fn();
+      a.done = true;
+    } catch (const Error& e) {
+      a.error = e.what();
+    }
+  }
+  out.push_back(std::move(a));
+}
 
 /// A sandbox's record plus what only a live check can tell.
 struct SandboxStatus {

@@ -300,17 +300,7 @@ std::vector<std::string> Store::remove(const std::string& ref) {
 
 std::vector<GcAction> Store::gc(bool dry_run, const std::string& apt_cache) {
   std::vector<GcAction> out;
-  auto act = [&](GcAction a, const std::function<void()>& fn) {
-    if (!dry_run) {
-      try {
-        fn();
-        a.done = true;
-      } catch (const Error& e) {
-        a.error = e.what();
-      }
-    }
-    out.push_back(std::move(a));
-  };
+  auto act = [&](GcAction a, const std::function<void()>& fn) { run_gc_action(out, dry_run, std::move(a), fn); };
   if (!is_dir(dir_)) return out;
   Fd guard = store_lock(dir_, true);
   std::set<std::string> kept_debs;  // "name_version" of every package a kept image holds

@@ -450,17 +450,7 @@ GcReport LocalBackend::gc(bool dry_run) {
   GcReport report;
   int64_t now = now_ms();
   std::set<std::string> live;
-  auto act = [&](GcAction a, const std::function<void()>& fn) {
-    if (!dry_run) {
-      try {
-        fn();
-        a.done = true;
-      } catch (const Error& e) {
-        a.error = e.what();
-      }
-    }
-    report.actions.push_back(std::move(a));
-  };
+  auto act = [&](GcAction a, const std::function<void()>& fn) { run_gc_action(report.actions, dry_run, std::move(a), fn); };
   auto recs = registry_.list();
   auto unwanted_pooled = pool_.unwanted(recs);
   for (auto& rec : recs) {
