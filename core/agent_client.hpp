@@ -34,6 +34,7 @@ struct ExecIO {
   int stdin_fd = -1;        ///< forwarded until EOF when the request has stdin_open
   std::string stdin_data;   ///< used instead when stdin_fd < 0 and stdin_open
   int signal_fd = -1;       ///< when readable, an int signal number to forward (a self-pipe)
+  int resize_fd = -1;       ///< when readable, a WindowSize to forward to a tty exec (a self-pipe)
   int hangup_fd = -1;       ///< a connected socket (the manager's client): when its peer hangs up, the command is killed
   std::string error;        ///< out: why the command did not start (e.g. "x: command not found")
 };

@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "core/agent_client.hpp"
-#include "core/error.hpp"
 #include "core/copy.hpp"
+#include "core/error.hpp"
+#include "core/fd.hpp"
 #include "core/spec.hpp"
 
 namespace sbx {
@@ -81,6 +82,29 @@ class Backend {
   /// Starts a persistent sandbox again whose agent is gone (a host rebooted), on its own disk.
   virtual SandboxRecord start(const std::string& id) {
     throw Error(Errc::unavailable, "sbx start " + id + ": not supported by the " + where() + " backend");
+  }
+  /// The sandbox's background processes (`sbx exec -d`), running and exited.
+  virtual std::vector<ProcessInfo> processes(const std::string& id) {
+    throw Error(Errc::unavailable, "sbx ps " + id + ": not supported by the " + where() + " backend");
+  }
+  /// `sbx logs` (opts.input false) and `sbx attach`: replays a background process's kept
+  /// output through io, then follows it live when opts.follow. Returns how the process
+  /// ended, or nullopt when this returned first (not following, or the user detached).
+  virtual std::optional<ExecResult> attach(const std::string& id, int pid, const AttachOptions& opts, ExecIO& io) {
+    (void)pid, (void)opts, (void)io;
+    throw Error(Errc::unavailable, "sbx attach " + id + ": not supported by the " + where() + " backend");
+  }
+  /// Sends sig to a background process's whole tree (`sbx kill`).
+  virtual void signal_process(const std::string& id, int pid, int sig) {
+    (void)pid, (void)sig;
+    throw Error(Errc::unavailable, "sbx kill " + id + ": not supported by the " + where() + " backend");
+  }
+  /// A connected stream socket whose bytes reach 127.0.0.1:port inside the sandbox
+  /// (over the agent's stream: no network needed) and whose reads are its replies;
+  /// shutdown(SHUT_WR) on it is the EOF passed on. Throws unavailable when nothing listens.
+  virtual Fd open_port(const std::string& id, uint16_t port) {
+    (void)port;
+    throw Error(Errc::unavailable, "sbx port-forward " + id + ": not supported by the " + where() + " backend");
   }
   /// Collects idle, expired and dead sandboxes and orphans.
   virtual GcReport gc(bool dry_run) = 0;

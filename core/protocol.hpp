@@ -16,7 +16,7 @@
 
 namespace sbx::proto {
 
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr size_t kHeaderSize = 9;
 /// Largest payload of one frame; bigger data is sent as several frames.
 inline constexpr uint32_t kMaxPayload = 1u << 20;
@@ -25,7 +25,7 @@ inline constexpr size_t kChunk = 64 * 1024;
 
 enum class Type : uint8_t {
   // host -> agent
-  exec = 0x01,        ///< json: {cmd, env, cwd, timeout_ms, stdin}
+  exec = 0x01,        ///< json: ExecRequest {cmd, env, cwd, timeout_ms, stdin, tty, rows, cols, background}
   stdin_data = 0x02,  ///< raw bytes for the exec's stdin
   stdin_eof = 0x03,   ///< close the exec's stdin
   signal = 0x04,      ///< json: {signal}: deliver to the exec's process group
@@ -33,6 +33,11 @@ enum class Type : uint8_t {
   file_write = 0x06,  ///< json: {path, kind, mode, mtime, target}; then data* and end from the host; answered ok
   list = 0x07,        ///< json: {path, recursive}; answered by entries* then end
   ping = 0x08,        ///< answered by ok {version, running, uptime_ms}
+  resize = 0x09,      ///< json: {rows, cols}: the terminal of a tty exec or attach on this channel
+  proc_list = 0x0A,   ///< answered by ok {procs: [ProcessInfo]}: the background processes
+  proc_attach = 0x0B, ///< json: {pid, follow, input, tail_lines}: started {pid}, kept then live output, exit (or end when not following); with input, stdin/resize/signal frames follow on the channel; end from the host detaches
+  proc_signal = 0x0C, ///< json: {pid, signal}: to the background process's whole tree; answered ok
+  connect = 0x0D,     ///< json: {port}: a TCP connection to 127.0.0.1:port in the sandbox; answered ok, then data both ways, end = that side's EOF
   // agent -> host
   started = 0x81,      ///< json: {pid}
   stdout_data = 0x82,  ///< raw

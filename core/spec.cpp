@@ -135,20 +135,28 @@ void from_json(const json& j, SandboxRecord& r) {
 
 void to_json(json& j, const ExecRequest& r) {
   j = json{{"cmd", r.argv}, {"env", r.env}, {"cwd", r.cwd}, {"timeout_ms", r.timeout_ms}, {"stdin", r.stdin_open}};
+  if (r.tty) j["tty"] = true, j["rows"] = r.rows, j["cols"] = r.cols;
+  if (r.background) j["background"] = true;
 }
 void from_json(const json& j, ExecRequest& r) {
-  reject_unknown_fields(j, {"cmd", "env", "cwd", "timeout_ms", "stdin"}, "exec request");
+  reject_unknown_fields(j, {"cmd", "env", "cwd", "timeout_ms", "stdin", "tty", "rows", "cols", "background"},
+                        "exec request");
   opt(j, "cmd", r.argv);
   opt(j, "env", r.env);
   opt(j, "cwd", r.cwd);
   opt(j, "timeout_ms", r.timeout_ms);
   opt(j, "stdin", r.stdin_open);
+  opt(j, "tty", r.tty);
+  opt(j, "rows", r.rows);
+  opt(j, "cols", r.cols);
+  opt(j, "background", r.background);
 }
 
 void to_json(json& j, const ExecResult& r) {
   j = json{{"exit_code", r.exit_code}, {"signal", r.signal},         {"timed_out", r.timed_out},
            {"oom_killed", r.oom_killed}, {"duration_ms", r.duration_ms}};
   if (r.sandbox_ended) j["sandbox_ended"] = true;
+  if (r.pid) j["pid"] = r.pid;
 }
 void from_json(const json& j, ExecResult& r) {
   opt(j, "exit_code", r.exit_code);
@@ -157,6 +165,21 @@ void from_json(const json& j, ExecResult& r) {
   opt(j, "oom_killed", r.oom_killed);
   opt(j, "sandbox_ended", r.sandbox_ended);
   opt(j, "duration_ms", r.duration_ms);
+  opt(j, "pid", r.pid);
+}
+
+void to_json(json& j, const ProcessInfo& p) {
+  j = json{{"pid", p.pid}, {"cmd", p.argv}, {"state", p.state}, {"started_ms", p.started_ms}, {"tty", p.tty}};
+  if (p.state == "exited") j["exit_code"] = p.exit_code, j["signal"] = p.signal;
+}
+void from_json(const json& j, ProcessInfo& p) {
+  opt(j, "pid", p.pid);
+  opt(j, "cmd", p.argv);
+  opt(j, "state", p.state);
+  opt(j, "started_ms", p.started_ms);
+  opt(j, "exit_code", p.exit_code);
+  opt(j, "signal", p.signal);
+  opt(j, "tty", p.tty);
 }
 
 int64_t now_ms() {

@@ -82,6 +82,32 @@ struct ExecRequest {
   std::string cwd;                          ///< empty = the sandbox's workdir
   uint64_t timeout_ms = 0;                  ///< 0 = none
   bool stdin_open = false;                  ///< caller will stream stdin
+  bool tty = false;                         ///< run on a terminal (a PTY in the sandbox); output all on stdout
+  uint16_t rows = 0, cols = 0;              ///< the terminal's size at start (tty); 0 = the agent's default
+  bool background = false;                  ///< start it and return at once (ExecResult::pid): a background process
+};
+
+/// A terminal's size, as sent on ExecIO::resize_fd.
+struct WindowSize {
+  uint16_t rows = 0, cols = 0;
+};
+
+/// A background process (`sbx exec -d`) as the agent keeps it.
+struct ProcessInfo {
+  int pid = 0;                     ///< sandbox-scoped process id
+  std::vector<std::string> argv;
+  std::string state;               ///< running | exited
+  int64_t started_ms = 0;          ///< wall clock, ms since the epoch
+  int exit_code = -1;              ///< once exited: as ExecResult::exit_code
+  int signal = 0;                  ///< once exited: the killing signal, or 0
+  bool tty = false;
+};
+
+/// What `sbx logs` / `sbx attach` ask of a background process.
+struct AttachOptions {
+  bool follow = true;      ///< stream live output until the process ends (false: the kept output, then return)
+  bool input = false;      ///< attach: forward stdin (and the terminal) to it
+  int64_t tail_lines = -1; ///< replay only the last N lines of the kept output; -1 = all that is kept
 };
 
 /// How a command ended.
@@ -94,6 +120,7 @@ struct ExecResult {
   /// an OOM kill: gVisor); later execs fail, `sbx rm` frees it.
   bool sandbox_ended = false;
   uint64_t duration_ms = 0;
+  int pid = 0;                ///< background exec: the started process's id (sbx ps, logs, attach, kill)
 };
 
 void to_json(nlohmann::json& j, const Limits& l);
@@ -105,6 +132,8 @@ void from_json(const nlohmann::json& j, SandboxRecord& r);
 void to_json(nlohmann::json& j, const ExecRequest& r);
 void from_json(const nlohmann::json& j, ExecRequest& r);
 void to_json(nlohmann::json& j, const ExecResult& r);
+void to_json(nlohmann::json& j, const ProcessInfo& p);
+void from_json(const nlohmann::json& j, ProcessInfo& p);
 void from_json(const nlohmann::json& j, ExecResult& r);
 
 /// Throws invalid_argument for keys of `j` not in `allowed`, so a typo never becomes a default.
