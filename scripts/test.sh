@@ -16,7 +16,9 @@ echo "== unit tests"
 ctest --test-dir build --output-on-failure
 
 echo "== unit tests under ASan/UBSan"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSBX_WERROR=ON -DSBX_SANITIZE=ON >/dev/null
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSBX_WERROR=ON -DSBX_SANITIZE=ON \
+  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 cmake --build build-asan -j"$(nproc)" --target sbx_unit_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure
