@@ -258,6 +258,25 @@ void print_error(const Error& e) {
   if (!e.hint().empty()) std::fprintf(stderr, "sbx: hint: %s\n", e.hint().c_str());
 }
 
+int print_gc_report(const std::vector<PlacedGcAction>& actions, bool dry_run, bool json) {
+  int failures = 0;
+  nlohmann::json arr = nlohmann::json::array();
+  for (auto& [where, a] : actions) {
+    if (!dry_run && !a.done) ++failures;
+    nlohmann::json j = {{"kind", a.kind}, {"target", a.target}, {"reason", a.reason}, {"done", a.done}, {"error", a.error}};
+    if (!where.empty()) j["where"] = where;
+    arr.push_back(std::move(j));
+    if (json) continue;
+    const char* verb = dry_run ? "would remove" : a.done ? "removed" : "failed to remove";
+    std::string place = where.empty() || where == "local" ? "" : " on " + where;
+    std::printf("%s %s %s%s: %s%s%s\n", verb, a.kind.c_str(), a.target.c_str(), place.c_str(), a.reason.c_str(),
+                a.error.empty() ? "" : " — ", a.error.c_str());
+  }
+  if (json) std::printf("%s\n", nlohmann::json{{"dry_run", dry_run}, {"actions", arr}}.dump(2).c_str());
+  else if (arr.empty()) std::printf("nothing to collect\n");
+  return failures ? exit_status(Errc::io) : 0;
+}
+
 void warn(const std::string& message) { std::fprintf(stderr, "sbx: warning: %s\n", message.c_str()); }
 
 bool is_tty(int fd) { return ::isatty(fd) == 1; }

@@ -61,6 +61,15 @@ std::vector<std::unique_ptr<Backend>> all_backends(const Config& cfg);
 
 /// Prints "sbx: error: ..." (and a hint line) on stderr.
 void print_error(const Error& e);
+
+/// One gc action and where it was done ("local", a manager's URL, or "" for the image store).
+struct PlacedGcAction {
+  std::string where;
+  GcAction action;
+};
+/// Prints a gc report (a line per action, or --json) and returns the exit status
+/// (io when an action that was meant to be done failed).
+int print_gc_report(const std::vector<PlacedGcAction>& actions, bool dry_run, bool json);
 /// Prints "sbx: warning: ..." on stderr.
 void warn(const std::string& message);
 /// Whether fd is a terminal (tables and progress only then).

@@ -172,19 +172,9 @@ void add_gc(CLI::App* image, Globals& g, Outcome& out) {
   sub->add_flag("--json", st->json, "JSON report");
   sub->callback([&g, &out, st] {
     Config cfg = load_config(g);
-    auto actions = images::store_for(cfg).gc(st->dry_run, cfg.apt_cache_dir);
-    int failures = 0;
-    nlohmann::json arr = nlohmann::json::array();
-    for (auto& a : actions) {
-      if (!st->dry_run && !a.done) ++failures;
-      arr.push_back({{"kind", a.kind}, {"target", a.target}, {"reason", a.reason}, {"done", a.done}, {"error", a.error}});
-      if (!st->json)
-        std::printf("%s %s %s: %s%s%s\n", st->dry_run ? "would remove" : a.done ? "removed" : "failed to remove",
-                    a.kind.c_str(), a.target.c_str(), a.reason.c_str(), a.error.empty() ? "" : " — ", a.error.c_str());
-    }
-    if (st->json) std::printf("%s\n", nlohmann::json{{"dry_run", st->dry_run}, {"actions", arr}}.dump(2).c_str());
-    else if (actions.empty()) std::printf("nothing to collect\n");
-    out.status = failures ? exit_status(Errc::io) : 0;
+    std::vector<PlacedGcAction> actions;
+    for (auto& a : images::store_for(cfg).gc(st->dry_run, cfg.apt_cache_dir)) actions.push_back({"", std::move(a)});
+    out.status = print_gc_report(actions, st->dry_run, st->json);
   });
 }
 
