@@ -11,7 +11,11 @@ import { Decoder, encode, HEADER, encodeError, encodeJson, type Frame, chunks, p
 import { cleanPath, type Entry, Store } from "./store.ts";
 import { type ExecPlan, planExec } from "./commands.ts";
 import { PyPool } from "./py_pool.ts";
+import { JsPool } from "./js_pool.ts";
+import type { RunIO } from "./run_io.ts";
 import { released } from "./output_gate.ts";
+import { LineDiscipline, onlcr } from "./tty.ts";
+import { BACKGROUND, explainError, LISTEN, useInstead } from "./permissions.ts";
 
 const { values: args } = parseArgs({
   args: Deno.args,
@@ -46,6 +50,7 @@ try {
 // Interpreters that fit the memory cap beside the agent (the driver works it out).
 const maxPython = Math.max(1, Number(args.pythons) || 1);
 const pyPool = new PyPool(args.pyodide!, snapshot, store, maxPython, () => restartProcess());
+const jsPool = new JsPool(store, () => restartProcess());
 const conns = new Set<Conn>();
 let restarting = false;
 let running = 0;
@@ -178,6 +183,17 @@ class Conn {
           const sig = Number(parseJson(f).signal ?? 15);
           return this.execs.get(f.channel)?.kill(sig, false);
         }
+        case T.resize:
+          return this.execs.get(f.channel)?.resize(parseJson(f));
+        case T.proc_list:
+          return this.send(encodeJson(T.ok, f.channel, { procs: [] }));
+        case T.proc_attach:
+        case T.proc_signal: {
+          const pid = Number(parseJson(f).pid ?? 0);
+          throw new ProtoError("not_found", `no background process ${pid} in this sandbox (${BACKGROUND})`);
+        }
+        case T.connect:
+          throw new ProtoError("unavailable", `${LISTEN}; ${useInstead(args["other-drivers"]!)}`);
         case T.list:
           return this.list(f.channel, parseJson(f));
         case T.file_read:
@@ -291,12 +307,35 @@ class Exec {
   private stdinSink: ((b: Uint8Array | null) => void) | null = null;
   private killedBy = 0;
   private timedOut = false;
+  // A terminal (-t): its line discipline, the size the host reported, what Ctrl-C does.
+  private tty: LineDiscipline | null = null;
+  size = { rows: 24, cols: 80 };
+  private interrupter: (() => void) | null = null;
 
   constructor(private c: Conn, private ch: number, private req: Record<string, unknown>) {
     this.stdinDone = !req.stdin;
+    if (req.tty) {
+      this.stdinDone = false;
+      this.resize(req);
+      this.tty = new LineDiscipline({
+        echo: (b) => this.send(b),
+        line: (b) => this.deliver(b),
+        eof: () => this.deliver(new Uint8Array()),
+        interrupt: () => this.interrupter?.(),
+      });
+    }
+  }
+
+  /// The terminal's size (kept for the record: nothing in a Worker asks for it).
+  resize(req: Record<string, unknown>) {
+    const rows = Number(req.rows ?? 0), cols = Number(req.cols ?? 0);
+    if (rows > 0 && cols > 0) this.size = { rows, cols };
   }
 
   start() {
+    if (this.req.background) {
+      throw new ProtoError("unavailable", `${BACKGROUND}; ${useInstead(args["other-drivers"]!)}`);
+    }
     running++;
     const argv = (this.req.cmd as string[]) ?? [];
     const env = (this.req.env as Record<string, string>) ?? {};
@@ -304,7 +343,7 @@ class Exec {
     const timeout = Number(this.req.timeout_ms ?? 0);
     if (timeout > 0) this.timer = setTimeout(() => this.kill(9, true), timeout);
     if (store.get(cwd)?.type !== "dir") return this.end(126, 0, `cannot enter working directory ${cwd}: No such file or directory`);
-    const plan = planExec(argv, cwd, store, args["other-drivers"]!);
+    const plan = planExec(argv, cwd, store, args["other-drivers"]!, this.tty !== null);
     if ("error" in plan) return this.end(plan.status, 0, plan.error);
     this.plan = plan;
     this.c.send(encodeJson(T.started, this.ch, { pid: Deno.pid }));
@@ -318,7 +357,7 @@ class Exec {
     if (plan.codeFromStdin) {
       plan.code = new TextDecoder().decode(await this.allStdin());
     }
-    const io = {
+    const io: RunIO = {
       out: (fd: number, b: Uint8Array, outflow?: Int32Array) => this.write(fd, b, outflow),
       setKiller: (k: (sig: number) => void) => (this.killer = k),
       setStdinSink: (s: (b: Uint8Array | null) => void) => {
@@ -328,11 +367,15 @@ class Exec {
         if (this.stdinDone) s(null);
       },
       allStdin: () => this.allStdin(),
+      setInterrupter: (i: () => void) => (this.interrupter = i),
+      kill: (sig: number) => this.kill(sig, false),
+      tty: this.tty !== null,
+      otherDrivers: args["other-drivers"]!,
     };
     if (this.ended) return;
     const status = plan.lang === "python"
       ? await pyPool.run(plan, env, cwd, io)
-      : await runJs(plan, env, cwd, io);
+      : await jsPool.run(plan, env, cwd, io);
     if (this.killedBy) return; // already answered
     this.end(status, 0);
   }
@@ -344,10 +387,20 @@ class Exec {
     });
   }
 
+  /// stdin from the host: through the line discipline on a terminal, where
+  /// the end of input is the user's Ctrl-D (stdin_eof is ignored).
   stdin(b: Uint8Array | null) {
+    if (!this.tty) return this.deliver(b);
+    if (b) this.tty.feed(b);
+  }
+
+  /// Input for the command: bytes, an empty array (one end of input: a read
+  /// returns 0, later reads go on, as on a terminal) or null (the end).
+  private deliver(b: Uint8Array | null) {
     if (b === null) this.stdinDone = true;
     if (this.stdinSink) return this.stdinSink(b);
-    if (b) this.stdinParts.push(b);
+    if (b?.length) this.stdinParts.push(b);
+    else if (b && this.tty) this.stdinDone = true; // Ctrl-D ends a script typed on the terminal
     const w = this.waitStdin;
     this.waitStdin = null;
     w?.();
@@ -361,13 +414,24 @@ class Exec {
     const part = b.subarray(0, Math.max(0, maxOutput - this.output));
     this.output += part.length;
     done(b.length - part.length);
-    for (const fr of chunks(fd === 1 ? T.stdout_data : T.stderr_data, this.ch, part)) {
-      this.c.send(fr, () => done(fr.length - HEADER));
-    }
+    this.send(part, fd, (n) => done(n));
     if (part.length < b.length) {
       this.c.send(encode(T.stderr_data, this.ch,
         enc.encode(`\n[sbx: output truncated at ${maxOutput} bytes; the command was stopped]\n`)));
       this.kill(9, false);
+    }
+  }
+
+  /// Output frames; a terminal has one stream, and "\r\n" line ends.
+  private send(b: Uint8Array, fd = 1, sent?: (n: number) => void) {
+    const data = this.tty ? onlcr(b) : b;
+    const type = fd === 2 && !this.tty ? T.stderr_data : T.stdout_data;
+    // What the Worker's gate counts is its own bytes, not the added "\r"s.
+    let owed = b.length;
+    for (const fr of chunks(type, this.ch, data)) {
+      const n = Math.min(owed, fr.length - HEADER);
+      owed -= n;
+      this.c.send(fr, () => sent?.(n));
     }
   }
 
@@ -397,96 +461,6 @@ class Exec {
   }
 }
 
-// ---- JavaScript / TypeScript -----------------------------------------------
-
-export interface RunIO {
-  out: (fd: number, b: Uint8Array, outflow?: Int32Array) => void;
-  setKiller: (k: (sig: number) => void) => void;
-  setStdinSink: (s: (b: Uint8Array | null) => void) => void;
-  allStdin: () => Promise<Uint8Array>;
-}
-
-// A JS Worker started ahead of time, so an exec does not wait for one to boot;
-// each runs one exec and is replaced once that exec is over (booting beside
-// it would slow it down: they share the CPU cap).
-let jsSpare: Worker | null = null;
-function takeJsWorker(): Worker {
-  const w = jsSpare ?? startJsWorker();
-  jsSpare = null;
-  return w;
-}
-function refillJsSpare() {
-  setTimeout(() => (jsSpare ??= startJsWorker()), 0);
-}
-function startJsWorker(): Worker {
-  return new Worker(new URL("./js_worker.ts", import.meta.url).href, {
-    type: "module",
-    name: "sbx-js",
-    // deno-lint-ignore no-explicit-any
-    deno: { permissions: "none" } as any,
-  });
-}
-
-async function runJs(plan: ExecPlan, env: Record<string, string>, cwd: string, io: RunIO): Promise<number> {
-  try {
-    return await runJsIn(takeJsWorker(), plan, env, cwd, io);
-  } finally {
-    refillJsSpare();
-  }
-}
-
-async function runJsIn(w: Worker, plan: ExecPlan, env: Record<string, string>, cwd: string, io: RunIO): Promise<number> {
-  // [0] output bytes on their way (output_gate.ts), [1] set once the exec is over: drop any more.
-  const outflow = new SharedArrayBuffer(8);
-  const flow = new Int32Array(outflow);
-  let killed = false;
-  let answer = (_status: number) => {};
-  io.setKiller((sig) => {
-    killed = true;
-    Atomics.store(flow, 1, 1); // a Worker stuck printing in a loop posts nothing more
-    answer(128 + sig);
-    // A Worker that still answers messages is in its event loop and stops;
-    // one that does not is stuck in a loop, which only a new process ends.
-    const stuck = setTimeout(() => {
-      w.terminate();
-      restartProcess();
-    }, 300);
-    w.onmessage = (e) => {
-      if (e.data?.op !== "alive") return;
-      clearTimeout(stuck);
-      w.terminate();
-    };
-    w.postMessage({ op: "alive?" });
-  });
-  // JavaScript reads its stdin whole (it is not blocking like Python's).
-  const stdin = plan.needsStdin ? await io.allStdin() : new Uint8Array();
-  if (killed) return 137;
-  return await new Promise<number>((resolve) => {
-    answer = resolve;
-    w.onmessage = (e) => {
-      const m = e.data;
-      if (m.op === "out") io.out(m.fd, m.data, flow);
-      else if (m.op === "done") {
-        w.terminate();
-        try {
-          store.apply(m.changes);
-        } catch (err) {
-          io.out(2, enc.encode(`sbx: the exec's file changes were not saved: ${err}\n`));
-          return resolve(1);
-        }
-        resolve(m.status);
-      }
-    };
-    w.onerror = (e) => {
-      e.preventDefault();
-      io.out(2, enc.encode(`${e.message}\n`));
-      w.terminate();
-      resolve(1);
-    };
-    w.postMessage({ code: plan.code, filename: plan.filename, argv: plan.argv, env, cwd, stdin, tree: store.dump(), outflow });
-  });
-}
-
 // ---- serve -----------------------------------------------------------------
 
 try {
@@ -496,11 +470,11 @@ try {
 }
 const listener = Deno.listen({ transport: "unix", path: args.socket! });
 Deno.chmodSync(args.socket!, 0o600);
+jsPool.warm();
 // The JS spare boots at once (a few ms of CPU). Python's interpreter (a few
 // hundred) only once no exec has run for a moment: loading under a JS exec it
 // would take the CPU cap they share, and a JS one-shot never needs it. A
 // Python exec that comes first loads one for itself at once.
-jsSpare = startJsWorker();
 const WARM_AFTER_IDLE_MS = 150;
 let idleSince = performance.now();
 const warmPythonWhenIdle = () => {

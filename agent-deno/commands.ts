@@ -1,7 +1,9 @@
 // Which commands a deno sandbox runs, and how their arguments map onto the
 // interpreters: python3/python (Pyodide) with -c CODE, -m MODULE, FILE or -
 // (the script on stdin); node with -e/-p CODE, FILE or -; deno run FILE and
-// deno eval CODE. Anything else fails like a missing command, naming the
+// deno eval CODE. With a terminal (-t), python3 with no script (or -i) is
+// the interactive Python console and node/deno with no script (or deno repl)
+// a JavaScript REPL. Anything else fails like a missing command, naming the
 // drivers that run real programs.
 import { cleanPath, type Store } from "./store.ts";
 
@@ -12,6 +14,7 @@ export interface ExecPlan {
   argv: string[]; // sys.argv / [script, ...Deno.args]
   codeFromStdin: boolean; // the script itself comes on stdin
   needsStdin: boolean; // JS only: stdin is read whole before the run
+  console: boolean; // an interactive console (after the code, if any): python3 -i, or a REPL on a terminal
 }
 
 export type PlanResult = ExecPlan | { error: string; status: number };
@@ -19,17 +22,24 @@ export type PlanResult = ExecPlan | { error: string; status: number };
 // Interpreter options that change nothing here.
 const PY_IGNORED = new Set(["-u", "-B", "-E", "-s", "-S", "-I", "-O", "-OO", "-q", "-b", "-bb", "-d", "-v"]);
 
-export function planExec(argv: string[], cwd: string, store: Store, otherDrivers: string): PlanResult {
+export function planExec(argv: string[], cwd: string, store: Store, otherDrivers: string, tty: boolean): PlanResult {
   if (argv.length === 0) return { error: "no command given", status: 127 };
   const prog = argv[0].slice(argv[0].lastIndexOf("/") + 1);
-  if (/^python(3(\.\d+)?)?$/.test(prog)) return planPython(argv, cwd, store);
-  if (prog === "node" || prog === "nodejs") return planNode(argv, cwd, store);
-  if (prog === "deno") return planDeno(argv, cwd, store);
-  return {
-    error: `${argv[0]}: command not found: a deno sandbox runs only python3/python (Pyodide) and node/deno ` +
-      `(JavaScript/TypeScript); use --driver ${otherDrivers.split(",")[0].trim()} (drivers that run any program: ${otherDrivers})`,
-    status: 127,
-  };
+  let plan: PlanResult;
+  if (/^python(3(\.\d+)?)?$/.test(prog)) plan = planPython(argv, cwd, store, tty);
+  else if (prog === "node" || prog === "nodejs") plan = planNode(argv, cwd, store, tty);
+  else if (prog === "deno") plan = planDeno(argv, cwd, store, tty);
+  else {
+    const onTty = tty ? "; with -t: python3 (the Python console), node or deno (a JavaScript REPL), or a Python/JS script" : "";
+    return {
+      error: `${argv[0]}: command not found: a deno sandbox runs only python3/python (Pyodide) and node/deno ` +
+        `(JavaScript/TypeScript)${onTty}; use --driver ${otherDrivers.split(",")[0].trim()} (drivers that run any program: ${otherDrivers})`,
+      status: 127,
+    };
+  }
+  // A terminal never reaches end of input by itself: a JS program gets none.
+  if (tty && !("error" in plan) && plan.lang === "js") plan.needsStdin = false;
+  return plan;
 }
 
 function readScript(path: string, cwd: string, store: Store, prog: string): { code: string } | { error: string; status: number } {
@@ -41,11 +51,11 @@ function readScript(path: string, cwd: string, store: Store, prog: string): { co
   return { code: new TextDecoder().decode(store.read(p)) };
 }
 
-function planPython(argv: string[], cwd: string, store: Store): PlanResult {
-  let i = 1;
-  while (i < argv.length && PY_IGNORED.has(argv[i])) i++;
+function planPython(argv: string[], cwd: string, store: Store, tty: boolean): PlanResult {
+  let i = 1, inspect = false;
+  for (; i < argv.length && (PY_IGNORED.has(argv[i]) || argv[i] === "-i"); i++) inspect ||= argv[i] === "-i";
   const a = argv[i];
-  const base = { lang: "python" as const, needsStdin: false, codeFromStdin: false };
+  const base = { lang: "python" as const, needsStdin: false, codeFromStdin: false, console: inspect };
   if (a === "-c") {
     if (i + 1 >= argv.length) return { error: "python3: argument expected for the -c option", status: 2 };
     return { ...base, code: argv[i + 1], filename: "<string>", argv: ["-c", ...argv.slice(i + 2)] };
@@ -60,6 +70,7 @@ function planPython(argv: string[], cwd: string, store: Store): PlanResult {
       argv: [mod, ...argv.slice(i + 2)],
     };
   }
+  if (a === undefined && (tty || inspect)) return { ...base, code: "", filename: "<stdin>", argv: [""], console: true };
   if (a === undefined || a === "-") {
     return { ...base, code: "", filename: "<stdin>", argv: [a ?? "", ...argv.slice(i + 1)], codeFromStdin: true };
   }
@@ -69,9 +80,10 @@ function planPython(argv: string[], cwd: string, store: Store): PlanResult {
   return { ...base, code: s.code, filename: a, argv: argv.slice(i) };
 }
 
-function planNode(argv: string[], cwd: string, store: Store): PlanResult {
+function planNode(argv: string[], cwd: string, store: Store, tty: boolean): PlanResult {
   const a = argv[1];
-  const base = { lang: "js" as const, needsStdin: true, codeFromStdin: false };
+  const base = { lang: "js" as const, needsStdin: true, codeFromStdin: false, console: false };
+  if ((a === undefined && tty) || a === "-i" || a === "--interactive") return replPlan(tty, "node");
   if (a === "-e" || a === "--eval" || a === "-p" || a === "--print") {
     const code = argv[2];
     if (code === undefined) return { error: `node: ${a} requires an argument`, status: 9 };
@@ -85,9 +97,10 @@ function planNode(argv: string[], cwd: string, store: Store): PlanResult {
   return { ...base, code: s.code, filename: a, argv: argv.slice(1) };
 }
 
-function planDeno(argv: string[], cwd: string, store: Store): PlanResult {
+function planDeno(argv: string[], cwd: string, store: Store, tty: boolean): PlanResult {
   const sub = argv[1];
-  const base = { lang: "js" as const, needsStdin: true, codeFromStdin: false };
+  const base = { lang: "js" as const, needsStdin: true, codeFromStdin: false, console: false };
+  if ((sub === undefined && tty) || sub === "repl") return replPlan(tty, "deno repl");
   if (sub === "eval") {
     const rest = argv.slice(2).filter((x) => !x.startsWith("-"));
     if (!rest.length) return { error: "deno eval: the code to run is missing", status: 1 };
@@ -103,5 +116,11 @@ function planDeno(argv: string[], cwd: string, store: Store): PlanResult {
     if ("error" in s) return s;
     return { ...base, code: s.code, filename: file, argv: argv.slice(i) };
   }
-  return { error: `deno ${sub ?? ""}: only \`deno run FILE\` and \`deno eval CODE\` run in a deno sandbox`, status: 1 };
+  return { error: `deno ${sub ?? ""}: only \`deno run FILE\`, \`deno eval CODE\` and \`deno repl\` (with -t) run in a deno sandbox`, status: 1 };
+}
+
+// The JS REPL reads typed lines: it needs the terminal's line editing.
+function replPlan(tty: boolean, what: string): PlanResult {
+  if (!tty) return { error: `${what}: the JavaScript REPL needs a terminal: use sbx exec -t (or -it)`, status: 2 };
+  return { lang: "js", code: "", filename: "[repl]", argv: ["[repl]"], codeFromStdin: false, needsStdin: false, console: true };
 }

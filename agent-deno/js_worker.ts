@@ -7,6 +7,8 @@
 // timer it set is pending.
 import { cleanPath, parentOf, type Changes, type Entry } from "./store.ts";
 import { OutputGate } from "./output_gate.ts";
+import { explainError, LISTEN, useInstead } from "./permissions.ts";
+import { type Repl, startRepl } from "./js_repl.ts";
 
 interface Run {
   code: string;
@@ -17,6 +19,8 @@ interface Run {
   stdin: Uint8Array;
   tree: Entry[];
   outflow: SharedArrayBuffer; // output bytes on their way (output_gate.ts)
+  console: boolean; // the REPL (js_repl.ts) instead of a module
+  otherDrivers: string;
 }
 
 const enc = new TextEncoder();
@@ -242,10 +246,26 @@ function finish(status: number) {
   self.postMessage({ op: "done", status, changes: changes(original) });
 }
 
-function fail(err: unknown) {
-  if (err instanceof Exit) return finish(err.status);
-  out(2, (err instanceof Error ? err.stack ?? String(err) : `Uncaught ${Deno.inspect(err)}`) + "\n");
+let otherDrivers = "";
+let repl: Repl | null = null;
+
+/// Prints an uncaught error (what the sandbox lacks in one line, not Deno's
+/// permission error); true when it ends the exec: Deno.exit, or any error
+/// outside the REPL.
+function uncaught(err: unknown): boolean {
+  if (err instanceof Exit) return finish(err.status), true;
+  const why = explainError(err, otherDrivers);
+  const prefix = repl ? "Uncaught " : "";
+  if (why) out(2, `sbx: ${why}\n`);
+  else if (repl) out(2, `${prefix}${err instanceof Error ? `${err.name}: ${err.message}` : Deno.inspect(err)}\n`);
+  else out(2, (err instanceof Error ? err.stack ?? String(err) : `Uncaught ${Deno.inspect(err)}`) + "\n");
+  if (repl) return false;
   finish(1);
+  return true;
+}
+
+function fail(err: unknown) {
+  if (!uncaught(err)) repl?.prompt();
 }
 
 function runGuarded(fn: () => void) {
@@ -265,9 +285,22 @@ self.addEventListener("error", (e) => {
   fail((e as ErrorEvent).error ?? (e as ErrorEvent).message);
 });
 
+// Serving a port cannot work here: say so at the call, whatever catches it.
+function refuseListening() {
+  const refuse = () => {
+    throw new Deno.errors.NotCapable(`${LISTEN}; ${useInstead(otherDrivers)}`);
+  };
+  for (const name of ["listen", "listenTls", "listenDatagram", "serve"]) D[name] = refuse;
+}
+
 self.onmessage = async (e: MessageEvent) => {
-  if (e.data?.op === "alive?") return self.postMessage({ op: "alive" });
+  const op = e.data?.op;
+  if (op === "alive?") return self.postMessage({ op: "alive" });
+  if (op === "line") return repl?.line(e.data.text);
+  if (op === "interrupt") return repl?.interrupt(), self.postMessage({ op: "interrupted" });
+  if (op === "eof") return repl?.eof();
   const m = e.data as Run;
+  otherDrivers = m.otherDrivers;
   const flow = new Int32Array(m.outflow);
   gate = new OutputGate(flow.subarray(0, 1), () => finished || Atomics.load(flow, 1) !== 0);
   for (const en of m.tree) files.set(en.path, en);
@@ -279,6 +312,11 @@ self.onmessage = async (e: MessageEvent) => {
   }
   installFs();
   installRuntime(m);
+  refuseListening();
+  if (m.console) {
+    repl = await startRepl({ out, uncaught, finish });
+    return;
+  }
   const ts = /\.(ts|tsx|mts)$/.test(m.filename) || m.filename === "[eval]" ? "typescript" : "javascript";
   try {
     const b64 = btoa(Array.from(enc.encode(m.code), (c) => String.fromCharCode(c)).join(""));

@@ -1,7 +1,7 @@
 // The agent protocol of core/protocol.hpp, Deno side: frames are
 // u32 BE payload length | u8 type | u32 BE channel | payload.
 
-export const VERSION = 1;
+export const VERSION = 2;
 export const HEADER = 9;
 export const MAX_PAYLOAD = 1 << 20;
 export const CHUNK = 64 * 1024;
@@ -15,6 +15,11 @@ export const T = {
   file_write: 0x06,
   list: 0x07,
   ping: 0x08,
+  resize: 0x09,
+  proc_list: 0x0a,
+  proc_attach: 0x0b,
+  proc_signal: 0x0c,
+  connect: 0x0d,
   started: 0x81,
   stdout_data: 0x82,
   stderr_data: 0x83,

@@ -5,7 +5,8 @@
 // within a grace period costs the agent its process (see restartProcess).
 import type { ExecPlan } from "./commands.ts";
 import type { Store } from "./store.ts";
-import type { RunIO } from "./agent.ts";
+import type { RunIO } from "./run_io.ts";
+import { explainPermission } from "./permissions.ts";
 
 const IDLE_MS = 30_000;
 const GRACE_MS = 1000;
@@ -119,7 +120,10 @@ export class PyPool {
     io.setKiller((sig) => {
       killed = true;
       finish(128 + sig);
+      // KeyboardInterrupt, and no input after it: code that catches the one
+      // (the console does) ends at its next read.
       Atomics.store(pw.ctl, 2, 2);
+      Atomics.store(pw.ctl, 0, 2);
       Atomics.notify(pw.ctl, 0);
       // Interrupted code that swallows KeyboardInterrupt keeps running; so does
       // a Worker still loading. Neither can be stopped short of a new process.
@@ -149,12 +153,15 @@ export class PyPool {
       return 137;
     }
     // stdin: the Worker blocks on the shared buffer until bytes or EOF arrive.
+    // An empty piece is a terminal's Ctrl-D: one read returns 0.
     const queue: Uint8Array[] = [];
     let eof = false;
     const feed = () => {
       if (Atomics.load(pw.ctl, 0) !== 0) return;
       const next = queue.shift();
-      if (next) {
+      if (next?.length === 0) {
+        Atomics.store(pw.ctl, 0, 3);
+      } else if (next) {
         const n = Math.min(next.length, pw.data.length);
         pw.data.set(next.subarray(0, n));
         if (n < next.length) queue.unshift(next.subarray(n));
@@ -190,7 +197,8 @@ export class PyPool {
           }
           resolve(m.status as number);
         } else if (m.op === "fatal") {
-          io.out(2, new TextEncoder().encode(`sbx: the Python interpreter failed: ${m.message}\n`));
+          const why = explainPermission(String(m.message), String(m.message), io.otherDrivers);
+          io.out(2, new TextEncoder().encode(why ? `sbx: ${why}\n` : `sbx: the Python interpreter failed: ${m.message}\n`));
           this.drop(pw);
           void this.warm();
           resolve(1);
@@ -201,6 +209,13 @@ export class PyPool {
         else eof = true;
         feed();
       });
+      // Ctrl-C: KeyboardInterrupt at the next bytecode or in the read it waits
+      // in; input typed but not yet read goes, as a terminal flushes it.
+      io.setInterrupter(() => {
+        queue.length = 0;
+        Atomics.store(pw.ctl, 2, 2);
+        Atomics.notify(pw.ctl, 0);
+      });
       running = true;
       pw.w.postMessage({
         op: "run",
@@ -210,6 +225,9 @@ export class PyPool {
         env,
         cwd,
         session: env.SBX_PYTHON_SESSION ?? "",
+        console: plan.console,
+        tty: io.tty,
+        otherDrivers: io.otherDrivers,
         tree: fresh ? null : this.store.dump(),
         outflow: outflow.buffer,
       });

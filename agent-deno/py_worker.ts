@@ -8,6 +8,8 @@ import { FsMirror } from "./fs_mirror.ts";
 import type { Entry } from "./store.ts";
 import childProcess from "node:child_process";
 import { OutputGate } from "./output_gate.ts";
+import { RUNNER } from "./py_runner.ts";
+import { explainPermission, LISTEN, useInstead } from "./permissions.ts";
 
 interface Init {
   op: "init";
@@ -24,6 +26,9 @@ interface Run {
   env: Record<string, string>;
   cwd: string;
   session: string;
+  console: boolean; // the interactive console after the code (python3 -i, or on a terminal)
+  tty: boolean;
+  otherDrivers: string;
   tree: Entry[] | null; // the whole store, when this worker's copy is stale
   outflow: SharedArrayBuffer; // this exec's output bytes on their way (output_gate.ts)
 }
@@ -41,11 +46,21 @@ function post(msg: unknown, transfer: Transferable[] = []) {
 }
 
 // Blocks this worker until the agent has stdin for it: ctl[0] is 0 (empty),
-// 1 (ctl[1] bytes waiting) or 2 (end of input).
+// 1 (ctl[1] bytes waiting), 2 (end of input) or 3 (one end of input: a
+// terminal's Ctrl-D; reads after it wait again).
 function readStdin(buf: Uint8Array): number {
+  // C stdio's readv asks for 0 bytes first on a terminal: no end of input yet.
+  if (buf.length === 0) return 0;
   for (;;) {
     const state = Atomics.load(stdinCtl, 0);
-    if (state === 2 || Atomics.load(stdinCtl, 2) !== 0) return 0; // EOF, or interrupted
+    // Interrupted (Ctrl-C, a signal, a timeout): KeyboardInterrupt from this read.
+    if (Atomics.load(stdinCtl, 2) !== 0) py.checkInterrupt();
+    if (state === 2 || Atomics.load(stdinCtl, 2) !== 0) return 0;
+    if (state === 3) {
+      Atomics.store(stdinCtl, 0, 0);
+      post({ op: "stdin_taken" });
+      return 0;
+    }
     if (state === 1) {
       const n = Math.min(buf.length, Atomics.load(stdinCtl, 1));
       buf.set(stdinData.subarray(0, n));
@@ -63,75 +78,6 @@ function readStdin(buf: Uint8Array): number {
   }
 }
 
-const RUNNER = `
-import sys, os, builtins, traceback, time
-
-# Pyodide's sleep blocks in one wait that its interrupt flag cannot cut short:
-# sleeping in steps lets a timeout or a signal stop a sleeping exec.
-def __sbx_sleep(seconds, _sleep=time.sleep, _now=time.monotonic):
-    end = _now() + seconds
-    while (left := end - _now()) > 0:
-        _sleep(min(left, 0.05))
-time.sleep = __sbx_sleep
-
-# The interpreter outlives one exec, but each exec must see what a new
-# python3 process would: its own sys.path (the script's directory, then
-# PYTHONPATH, then the standard library) and the current version of every
-# module it imports from the sandbox's files.
-import importlib
-__sbx_base_path = [p for p in sys.path if p]
-
-def __sbx_path(filename, env):
-    head = "" if filename.startswith("<") else os.path.dirname(os.path.abspath(filename))
-    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return [head] + extra + __sbx_base_path
-
-def __sbx_run(code, filename, argv, env, cwd, g):
-    fresh = g is None
-    before = set(sys.modules) if fresh else None
-    try:
-        return __sbx_run_in(code, filename, argv, env, cwd, g)
-    finally:
-        if fresh:
-            for name in set(sys.modules) - before:
-                del sys.modules[name]
-
-def __sbx_run_in(code, filename, argv, env, cwd, g):
-    sys.argv = list(argv)
-    os.environ.clear()
-    os.environ.update(dict(env))
-    try:
-        os.chdir(cwd)
-    except OSError as e:
-        print(f"sbx: cannot enter working directory {cwd}: {e.strerror}", file=sys.stderr)
-        return 126
-    sys.path[:] = __sbx_path(filename, env)
-    importlib.invalidate_caches()
-    if g is None:
-        g = {"__name__": "__main__", "__builtins__": builtins}
-    g["__file__"] = filename
-    status = 0
-    try:
-        exec(compile(code, filename, "exec"), g)
-    except SystemExit as e:
-        if e.code is None:
-            status = 0
-        elif isinstance(e.code, int):
-            status = e.code & 0xff
-        else:
-            print(e.code, file=sys.stderr)
-            status = 1
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except Exception:
-            pass
-    return status
-`;
 
 // Pyodide takes Deno for Node and asks Node's process for ids and
 // child_process for system(): the Worker may do neither, and a refusal inside
@@ -159,20 +105,50 @@ async function init(m: Init) {
   const opts: Record<string, unknown> = { indexURL: m.indexURL };
   if (m.snapshot) opts._loadSnapshot = Deno.readFileSync(m.snapshot);
   py = await loadPyodide(opts);
-  const writer = (fd: number) => (b: Uint8Array) => (gate.send((data) => post({ op: "out", fd, data }), b), b.length);
-  py.setStdout({ write: writer(1) });
-  py.setStderr({ write: writer(2) });
-  py.setStdin({ read: readStdin, isatty: false });
+  setStdio(false);
   // ctl[2] = 2 (SIGINT) raises KeyboardInterrupt at the next bytecode: how a
   // timeout or a signal stops the exec without losing the interpreter.
   py.setInterruptBuffer(new Int32Array(m.stdin, 8, 1));
+  refuseListening();
+  py.globals.set("__sbx_explain", (message: string, stack: string) =>
+    explainPermission(message, stack, otherDrivers) ?? refused.splice(0).pop() ?? null);
   py.runPython(RUNNER);
   fs.attach(py.FS);
   post({ op: "ready" });
 }
 
+// Whether the streams are a terminal (isatty) follows the exec.
+let stdioTty: boolean | null = null;
+function setStdio(tty: boolean) {
+  if (tty === stdioTty) return;
+  stdioTty = tty;
+  const writer = (fd: number) => (b: Uint8Array) => (gate.send((data) => post({ op: "out", fd, data }), b), b.length);
+  py.setStdout({ write: writer(1), isatty: tty });
+  py.setStderr({ write: writer(2), isatty: tty });
+  py.setStdin({ read: readStdin, isatty: tty });
+}
+
+// Emscripten's listen (also under a UDP bind) asks Node for a WebSocket
+// server: a module this Worker may not read, and an error that would kill the
+// interpreter. Refused as EACCES instead; the runner's socket.listen says why
+// first, this catches what reaches the C level (_socket) directly.
+let otherDrivers = "";
+const refused: string[] = [];
+function refuseListening() {
+  const ops = py._module?.SOCKFS?.websocket_sock_ops;
+  if (!ops) return;
+  ops.listen = () => {
+    refused.push(`${LISTEN}; ${useInstead(otherDrivers)}`);
+    throw new py.FS.ErrnoError(2); // EACCES in Emscripten's numbering
+  };
+}
+
 function run(m: Run) {
   gate = new OutputGate(new Int32Array(m.outflow), () => Atomics.load(stdinCtl, 2) !== 0);
+  otherDrivers = m.otherDrivers;
+  refused.length = 0;
+  setStdio(m.tty);
+  py.globals.set("__sbx_listen_refused", `${LISTEN}; ${useInstead(otherDrivers)}`);
   if (m.tree) fs.load(m.tree);
   const runner = py.globals.get("__sbx_run");
   let g: unknown = undefined;
@@ -182,7 +158,7 @@ function run(m: Run) {
   }
   let status: number;
   try {
-    status = runner(m.code, m.filename, py.toPy(m.argv), py.toPy(m.env), m.cwd, g);
+    status = runner(m.code, m.filename, py.toPy(m.argv), py.toPy(m.env), m.cwd, g, m.console, m.tty);
   } finally {
     runner.destroy();
   }

@@ -5,7 +5,7 @@ const [indexURL, out] = Deno.args;
 const { loadPyodide } = await import(new URL("pyodide.mjs", "file://" + indexURL.replace(/\/?$/, "/")).href);
 const py = await loadPyodide({ indexURL: indexURL.replace(/\/?$/, "/"), _makeSnapshot: true });
 // What nearly every exec imports anyway, loaded once here.
-py.runPython("import sys, os, builtins, traceback, runpy, json, re");
+py.runPython("import sys, os, builtins, traceback, runpy, json, re, code, socket, errno");
 const snap: Uint8Array = py.makeMemorySnapshot();
 const tmp = `${out}.tmp-${Deno.pid}`;
 Deno.writeFileSync(tmp, snap, { mode: 0o644 });
