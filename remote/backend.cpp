@@ -230,8 +230,8 @@ SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
 
 namespace {
 
-// The exec fields of an exec or run request (reads stdin when it is open).
-json exec_body(const ExecRequest& req, ExecIO& io) {
+// The exec fields of an exec or run request (reads stdin when it is open and goes in the request).
+json exec_body(const ExecRequest& req, ExecIO& io, bool with_stdin = true) {
   // JSON strings carry only UTF-8; checked before stdin is consumed.
   for (auto& a : req.argv)
     if (!valid_utf8(a)) throw Error(Errc::invalid_argument, "command arguments must be UTF-8 for a remote exec");
@@ -242,7 +242,12 @@ json exec_body(const ExecRequest& req, ExecIO& io) {
   if (!req.env.empty()) body["env"] = req.env;
   if (!req.cwd.empty()) body["cwd"] = req.cwd;
   if (req.timeout_ms) body["timeout_s"] = static_cast<double>(req.timeout_ms) / 1000.0;
-  if (req.stdin_open) {
+  if (req.tty) {
+    body["tty"] = true;
+    if (req.rows && req.cols) body["rows"] = req.rows, body["cols"] = req.cols;
+  }
+  if (req.background) body["background"] = true;
+  if (req.stdin_open && with_stdin) {
     std::string data = io.stdin_fd >= 0 ? read_all_fd(io.stdin_fd, kMaxRemoteStdin) : io.stdin_data;
     if (valid_utf8(data)) body["stdin"] = std::move(data);
     else body["stdin_b64"] = base64_encode(data);
@@ -252,16 +257,16 @@ json exec_body(const ExecRequest& req, ExecIO& io) {
 
 }  // namespace
 
-ExecResult RemoteBackend::stream_exec(const std::string& path, const json& body, ExecIO& io) {
+std::optional<ExecResult> RemoteBackend::stream_exec(const std::string& path, const json* body, ExecIO& io) {
   NdjsonExecParser parser(io.on_stdout, io.on_stderr);
   int sig = 0;
   Request r;
-  r.method = "POST";
+  r.method = body ? "POST" : "GET";
   r.url = url_ + path;
   r.shown = redact(url_);
   r.api_key = api_key_;
   r.headers = {"Content-Type: application/json", "Accept: application/x-ndjson"};
-  r.body = body.dump();
+  if (body) r.body = body->dump();
   r.timeout_ms = 0;  // commands run as long as they need; their own timeout_s bounds them
   r.on_body = [&](std::string_view chunk) { parser.feed(chunk); };
   if (io.signal_fd >= 0) r.abort = [&] { return (sig = pending_signal(io.signal_fd)) != 0; };
@@ -276,23 +281,53 @@ ExecResult RemoteBackend::stream_exec(const std::string& path, const json& body,
   if (res.rc != CURLE_OK) throw_transport(r, res);
   if (res.status < 200 || res.status >= 300) throw_http(r, res);
   parser.finish();
-  if (!parser.done()) throw Error(Errc::protocol, "the manager closed the stream before the command finished");
+  if (!parser.done()) return std::nullopt;
   io.error = parser.error();
   return parser.result();
 }
 
+ExecResult RemoteBackend::finished_exec(const std::string& path, const json& body, ExecIO& io) {
+  auto r = stream_exec(path, &body, io);
+  if (!r) throw Error(Errc::protocol, "the manager closed the stream before the command finished");
+  return *r;
+}
+
+void RemoteBackend::refused(const std::string& path, int status, const std::string& body) const {
+  Request req;
+  req.url = url_ + path;
+  req.shown = redact(url_);
+  Response res;
+  res.status = status;
+  res.body = body;
+  throw_http(req, res);
+}
+
+ExecResult RemoteBackend::background(const std::string& id, const ExecRequest& req) {
+  ExecIO none;
+  json body = exec_body(req, none, false);
+  if (req.stdin_open) body["stdin_open"] = true;
+  json answer = call_json("POST", sandbox_path(id) + "/exec", &body);
+  ExecResult r;
+  r.pid = decode("a background start", [&] { return answer.at("pid").get<int>(); });
+  return r;
+}
+
 ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
-  return stream_exec(sandbox_path(id) + "/exec", exec_body(req, io), io);
+  if (req.background) return background(id, req);
+  // Live input (or a terminal) streams over a WebSocket; without it, one request carries it all.
+  if (req.tty || (req.stdin_open && io.stdin_fd >= 0)) return ws_exec(sandbox_path(id) + "/exec/ws", exec_body(req, io, false), io);
+  return finished_exec(sandbox_path(id) + "/exec", exec_body(req, io), io);
 }
 
 OneShotResult RemoteBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
   // /v1/run ties the sandbox to this request: a client killed mid-call leaves
   // nothing on the manager, which create + exec + delete could not promise.
-  json body = exec_body(req, io);
+  bool live = req.tty || (req.stdin_open && io.stdin_fd >= 0);
+  json body = exec_body(req, io, !live);
   body["sandbox"] = spec_body(spec);
   OneShotResult out;
   out.spec = spec;
-  out.exec = stream_exec("/v1/run", body, io);
+  out.exec = live ? ws_exec("/v1/run/ws", body, io) : finished_exec("/v1/run", body, io);
   return out;
 }
 
