@@ -25,7 +25,7 @@ for _ in $(seq 50); do curl -fs -H "X-API-Key: $key" "http://127.0.0.1:$port/hea
 url="http://127.0.0.1:$port"
 id=$(curl -fs -H "X-API-Key: $key" -X POST -d '{}' "$url/v1/sandboxes" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 
-python3 - "$SBX" "$work/server" "$url" "$key" "$id" "$N" <<'PY'
+/usr/bin/python3 - "$SBX" "$work/server" "$url" "$key" "$id" "$N" <<'PY'
 import asyncio, json, os, statistics, subprocess, sys, time
 import websockets
 

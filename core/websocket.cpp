@@ -237,7 +237,9 @@ struct Connection::Impl {
     cv.notify_all();
     timer.cancel();
     work.reset();
-    ws.next_layer().drop();  // a read still pending ends now
+    ws.next_layer().drop();
+    // Beast's idle timer (and a read or write still pending) would keep run() going: the connection is over.
+    ioc.stop();
   }
 };
 

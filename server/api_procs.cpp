@@ -51,8 +51,9 @@ HttpResponse Api::background(const HttpRequest& req, const ExecBody& eb, const S
   auto slot = reserve_exec(req.key->name);  // only while it starts
   ExecIO io;
   ExecResult r = backend_.exec(rec->id, eb.req, io);
-  if (r.pid <= 0)
-    throw Error(Errc::invalid_argument, "the command did not start" + (io.error.empty() ? "" : ": " + io.error));
+  if (!io.error.empty()) throw Error(Errc::invalid_argument, "the command did not start: " + io.error);
+  // An agent of before background processes runs the command to its end and names no pid.
+  if (r.pid <= 0) throw Error(Errc::unavailable, "background processes are not supported by this sandbox's agent");
   return json_response(202, {{"pid", r.pid}});
 }
 
