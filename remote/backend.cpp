@@ -32,9 +32,6 @@ using nlohmann::json;
 
 namespace {
 
-// Stdin travels whole inside the exec request (base64 when binary), and the
-// manager caps exec bodies at 64 MiB: 32 MiB of stdin always fits.
-constexpr size_t kMaxRemoteStdin = 32u << 20;
 
 using remote_http::Request;
 using remote_http::Response;
@@ -143,20 +140,6 @@ std::thread quiet_thread(F f) {
   });
 }
 
-std::string read_all_fd(int fd, size_t cap) {
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw sys_error("cannot read stdin", errno);
-    if (n == 0) return out;
-    if (out.size() + static_cast<size_t>(n) > cap)
-      throw Error(Errc::too_large, "stdin for a remote exec is sent whole and is over " + format_size(cap));
-    out.append(buf, static_cast<size_t>(n));
-  }
-}
-
 // A pending signal number on the self-pipe, or 0.
 int pending_signal(int fd) {
   pollfd p{fd, POLLIN, 0};
@@ -228,35 +211,6 @@ SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
   return rec;
 }
 
-namespace {
-
-// The exec fields of an exec or run request (reads stdin when it is open and goes in the request).
-json exec_body(const ExecRequest& req, ExecIO& io, bool with_stdin = true) {
-  // JSON strings carry only UTF-8; checked before stdin is consumed.
-  for (auto& a : req.argv)
-    if (!valid_utf8(a)) throw Error(Errc::invalid_argument, "command arguments must be UTF-8 for a remote exec");
-  for (auto& [k, v] : req.env)
-    if (!valid_utf8(k) || !valid_utf8(v))
-      throw Error(Errc::invalid_argument, "environment variables must be UTF-8 for a remote exec");
-  json body{{"cmd", req.argv}};
-  if (!req.env.empty()) body["env"] = req.env;
-  if (!req.cwd.empty()) body["cwd"] = req.cwd;
-  if (req.timeout_ms) body["timeout_s"] = static_cast<double>(req.timeout_ms) / 1000.0;
-  if (req.tty) {
-    body["tty"] = true;
-    if (req.rows && req.cols) body["rows"] = req.rows, body["cols"] = req.cols;
-  }
-  if (req.background) body["background"] = true;
-  if (req.stdin_open && with_stdin) {
-    std::string data = io.stdin_fd >= 0 ? read_all_fd(io.stdin_fd, kMaxRemoteStdin) : io.stdin_data;
-    if (valid_utf8(data)) body["stdin"] = std::move(data);
-    else body["stdin_b64"] = base64_encode(data);
-  }
-  return body;
-}
-
-}  // namespace
-
 std::optional<ExecResult> RemoteBackend::stream_exec(const std::string& path, const json* body, ExecIO& io) {
   NdjsonExecParser parser(io.on_stdout, io.on_stderr);
   int sig = 0;
@@ -300,35 +254,6 @@ void RemoteBackend::refused(const std::string& path, int status, const std::stri
   res.status = status;
   res.body = body;
   throw_http(req, res);
-}
-
-ExecResult RemoteBackend::background(const std::string& id, const ExecRequest& req) {
-  ExecIO none;
-  json body = exec_body(req, none, false);
-  if (req.stdin_open) body["stdin_open"] = true;
-  json answer = call_json("POST", sandbox_path(id) + "/exec", &body);
-  ExecResult r;
-  r.pid = decode("a background start", [&] { return answer.at("pid").get<int>(); });
-  return r;
-}
-
-ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
-  if (req.background) return background(id, req);
-  // Live input (or a terminal) streams over a WebSocket; without it, one request carries it all.
-  if (req.tty || (req.stdin_open && io.stdin_fd >= 0)) return ws_exec(sandbox_path(id) + "/exec/ws", exec_body(req, io, false), io);
-  return finished_exec(sandbox_path(id) + "/exec", exec_body(req, io), io);
-}
-
-OneShotResult RemoteBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
-  // /v1/run ties the sandbox to this request: a client killed mid-call leaves
-  // nothing on the manager, which create + exec + delete could not promise.
-  bool live = req.tty || (req.stdin_open && io.stdin_fd >= 0);
-  json body = exec_body(req, io, !live);
-  body["sandbox"] = spec_body(spec);
-  OneShotResult out;
-  out.spec = spec;
-  out.exec = live ? ws_exec("/v1/run/ws", body, io) : finished_exec("/v1/run", body, io);
-  return out;
 }
 
 std::vector<SandboxRecord> RemoteBackend::list() {
