@@ -109,7 +109,7 @@ const CurlApi& curl_api();
   X(MHD_start_daemon) X(MHD_stop_daemon) X(MHD_quiesce_daemon) X(MHD_create_response_from_buffer) \
   X(MHD_create_response_from_callback) X(MHD_create_response_from_fd64) X(MHD_add_response_header) \
   X(MHD_queue_response) X(MHD_destroy_response) X(MHD_lookup_connection_value) X(MHD_get_connection_info) \
-  X(MHD_get_connection_values)
+  X(MHD_get_connection_values) X(MHD_create_response_for_upgrade) X(MHD_upgrade_action)
 
 /// The libmicrohttpd functions sbx serve uses, resolved from libmicrohttpd.so.12.
 struct MhdApi {

@@ -32,9 +32,6 @@ using nlohmann::json;
 
 namespace {
 
-// Stdin travels whole inside the exec request (base64 when binary), and the
-// manager caps exec bodies at 64 MiB: 32 MiB of stdin always fits.
-constexpr size_t kMaxRemoteStdin = 32u << 20;
 
 using remote_http::Request;
 using remote_http::Response;
@@ -143,20 +140,6 @@ std::thread quiet_thread(F f) {
   });
 }
 
-std::string read_all_fd(int fd, size_t cap) {
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw sys_error("cannot read stdin", errno);
-    if (n == 0) return out;
-    if (out.size() + static_cast<size_t>(n) > cap)
-      throw Error(Errc::too_large, "stdin for a remote exec is sent whole and is over " + format_size(cap));
-    out.append(buf, static_cast<size_t>(n));
-  }
-}
-
 // A pending signal number on the self-pipe, or 0.
 int pending_signal(int fd) {
   pollfd p{fd, POLLIN, 0};
@@ -228,40 +211,16 @@ SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
   return rec;
 }
 
-namespace {
-
-// The exec fields of an exec or run request (reads stdin when it is open).
-json exec_body(const ExecRequest& req, ExecIO& io) {
-  // JSON strings carry only UTF-8; checked before stdin is consumed.
-  for (auto& a : req.argv)
-    if (!valid_utf8(a)) throw Error(Errc::invalid_argument, "command arguments must be UTF-8 for a remote exec");
-  for (auto& [k, v] : req.env)
-    if (!valid_utf8(k) || !valid_utf8(v))
-      throw Error(Errc::invalid_argument, "environment variables must be UTF-8 for a remote exec");
-  json body{{"cmd", req.argv}};
-  if (!req.env.empty()) body["env"] = req.env;
-  if (!req.cwd.empty()) body["cwd"] = req.cwd;
-  if (req.timeout_ms) body["timeout_s"] = static_cast<double>(req.timeout_ms) / 1000.0;
-  if (req.stdin_open) {
-    std::string data = io.stdin_fd >= 0 ? read_all_fd(io.stdin_fd, kMaxRemoteStdin) : io.stdin_data;
-    if (valid_utf8(data)) body["stdin"] = std::move(data);
-    else body["stdin_b64"] = base64_encode(data);
-  }
-  return body;
-}
-
-}  // namespace
-
-ExecResult RemoteBackend::stream_exec(const std::string& path, const json& body, ExecIO& io) {
+std::optional<ExecResult> RemoteBackend::stream_exec(const std::string& path, const json* body, ExecIO& io) {
   NdjsonExecParser parser(io.on_stdout, io.on_stderr);
   int sig = 0;
   Request r;
-  r.method = "POST";
+  r.method = body ? "POST" : "GET";
   r.url = url_ + path;
   r.shown = redact(url_);
   r.api_key = api_key_;
   r.headers = {"Content-Type: application/json", "Accept: application/x-ndjson"};
-  r.body = body.dump();
+  if (body) r.body = body->dump();
   r.timeout_ms = 0;  // commands run as long as they need; their own timeout_s bounds them
   r.on_body = [&](std::string_view chunk) { parser.feed(chunk); };
   if (io.signal_fd >= 0) r.abort = [&] { return (sig = pending_signal(io.signal_fd)) != 0; };
@@ -276,24 +235,25 @@ ExecResult RemoteBackend::stream_exec(const std::string& path, const json& body,
   if (res.rc != CURLE_OK) throw_transport(r, res);
   if (res.status < 200 || res.status >= 300) throw_http(r, res);
   parser.finish();
-  if (!parser.done()) throw Error(Errc::protocol, "the manager closed the stream before the command finished");
+  if (!parser.done()) return std::nullopt;
   io.error = parser.error();
   return parser.result();
 }
 
-ExecResult RemoteBackend::exec(const std::string& id, const ExecRequest& req, ExecIO& io) {
-  return stream_exec(sandbox_path(id) + "/exec", exec_body(req, io), io);
+ExecResult RemoteBackend::finished_exec(const std::string& path, const json& body, ExecIO& io) {
+  auto r = stream_exec(path, &body, io);
+  if (!r) throw Error(Errc::protocol, "the manager closed the stream before the command finished");
+  return *r;
 }
 
-OneShotResult RemoteBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
-  // /v1/run ties the sandbox to this request: a client killed mid-call leaves
-  // nothing on the manager, which create + exec + delete could not promise.
-  json body = exec_body(req, io);
-  body["sandbox"] = spec_body(spec);
-  OneShotResult out;
-  out.spec = spec;
-  out.exec = stream_exec("/v1/run", body, io);
-  return out;
+void RemoteBackend::refused(const std::string& path, int status, const std::string& body) const {
+  Request req;
+  req.url = url_ + path;
+  req.shown = redact(url_);
+  Response res;
+  res.status = status;
+  res.body = body;
+  throw_http(req, res);
 }
 
 std::vector<SandboxRecord> RemoteBackend::list() {

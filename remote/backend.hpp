@@ -13,6 +13,7 @@
 
 #include "core/backend.hpp"
 #include "core/config.hpp"
+#include "core/websocket.hpp"
 #include "core/wire.hpp"
 
 namespace sbx {
@@ -48,10 +49,25 @@ class RemoteBackend : public Backend {
   std::optional<FileEntry> stat(const std::string& id, const std::string& path) override;
   uint64_t put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) override;
   uint64_t get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) override;
+  std::vector<ProcessInfo> processes(const std::string& id) override;
+  std::optional<ExecResult> attach(const std::string& id, int pid, const AttachOptions& opts, ExecIO& io) override;
+  void signal_process(const std::string& id, int pid, int sig) override;
+  Fd open_port(const std::string& id, uint16_t port) override;
 
  private:
-  /// POSTs body to path and relays the NDJSON answer to io; a signal on io.signal_fd drops the call.
-  ExecResult stream_exec(const std::string& path, const nlohmann::json& body, ExecIO& io);
+  /// POSTs body (GETs when null) to path and relays the NDJSON answer to io; a signal
+  /// on io.signal_fd drops the call. nullopt when the stream ended without an exit line.
+  std::optional<ExecResult> stream_exec(const std::string& path, const nlohmann::json* body, ExecIO& io);
+  /// stream_exec of a command, which must end with its exit line.
+  ExecResult finished_exec(const std::string& path, const nlohmann::json& body, ExecIO& io);
+  /// An exec over the WebSocket at path (remote/interactive.cpp): live stdin, signals, a terminal.
+  ExecResult ws_exec(const std::string& path, const nlohmann::json& first, ExecIO& io);
+  /// POST .../exec with background: the started process's pid.
+  ExecResult background(const std::string& id, const ExecRequest& req);
+  /// A WebSocket to path; the manager's refusal becomes its error.
+  std::unique_ptr<ws::Connection> dial(const std::string& path);
+  /// Throws the error of the manager's answer (status, body) to path.
+  [[noreturn]] void refused(const std::string& path, int status, const std::string& body) const;
   /// A JSON request with a JSON answer; throws the manager's error.
   nlohmann::json call_json(const std::string& method, const std::string& path, const nlohmann::json* body);
   std::string sandbox_path(const std::string& id) const;

@@ -45,7 +45,8 @@ Error no_such_sandbox(const std::string& id) {
 // The methods each known path answers, for 405's Allow.
 std::string allowed_methods(const std::string& path) {
   static const std::pair<const char*, const char*> fixed[] = {
-      {"/v1/sandboxes", "GET, POST"}, {"/v1/run", "POST"}, {"/v1/gc", "POST"}, {"/healthz", "GET"}, {"/metrics", "GET"}};
+      {"/v1/sandboxes", "GET, POST"}, {"/v1/run", "POST"},   {"/v1/run/ws", "GET"},
+      {"/v1/gc", "POST"},             {"/healthz", "GET"}, {"/metrics", "GET"}};
   for (auto& [p, m] : fixed)
     if (path == p) return m;
   const std::string prefix = "/v1/sandboxes/";
@@ -54,10 +55,27 @@ std::string allowed_methods(const std::string& path) {
   auto slash = rest.find('/');
   if (slash == std::string::npos) return "GET, DELETE";
   std::string sub = rest.substr(slash + 1);
-  if (sub == "exec" || sub == "commands") return "POST";
-  if (sub == "stat") return "GET";
+  if (sub == "exec" || sub == "commands" || sub == "tokens") return "POST";
+  if (sub == "stat" || sub == "exec/ws" || sub == "processes" || sub.rfind("tcp/", 0) == 0) return "GET";
+  if (sub.rfind("processes/", 0) == 0) return sub.size() > 7 && sub.ends_with("/signal") ? "POST" : "GET";
   if (sub == "files") return "GET, PUT, POST";
   return "";
+}
+
+// What a /v1/sandboxes/{id}/sub route needs: reaching code in the sandbox
+// (exec, a terminal, a process's input or signals, a port) is run; reading is read.
+unsigned permission_for(const std::string& method, const std::string& sub) {
+  bool runs = sub == "exec" || sub == "commands" || sub == "exec/ws" || sub == "tokens" || sub.rfind("tcp/", 0) == 0 ||
+              (sub.rfind("processes/", 0) == 0 && (sub.ends_with("/attach") || sub.ends_with("/signal")));
+  if (runs) return kRun;
+  return method == "GET" ? kRead : kWrite;
+}
+
+uint16_t port_number(const std::string& text) {
+  int port = text.empty() || text.size() > 5 || text.find_first_not_of("0123456789") != std::string::npos ? 0 : std::stoi(text);
+  if (port < 1 || port > 65535)
+    throw Error(Errc::invalid_argument, "'" + text.substr(0, 40) + "' is not a port number (1-65535)");
+  return static_cast<uint16_t>(port);
 }
 
 // Whether `method` is one of the comma-separated names in `allow` (whole names: "E" is not "DELETE").
@@ -173,6 +191,7 @@ HttpResponse Api::route(const HttpRequest& req) {
   if (p == "/healthz" && m == "GET") return healthz(*req.key);
   if (p == "/metrics" && m == "GET") return metrics_text();
   if (p == "/v1/run" && m == "POST") return need(req, kRun), need(req, kWrite), exec(req, nullptr);
+  if (p == "/v1/run/ws" && m == "GET") return need(req, kRun), need(req, kWrite), exec_ws(req, nullptr);
   if (p == "/v1/gc" && m == "POST") return need(req, kWrite), gc(req);
   if (p == "/v1/sandboxes" && m == "POST") return need(req, kWrite), create(req);
   if (p == "/v1/sandboxes" && m == "GET") return need(req, kRead), list(req);
@@ -203,13 +222,16 @@ HttpResponse Api::sandbox_route(const HttpRequest& req, const std::string& rest)
     return none;
   }
   // The permission first: a key lacking it gets 403 whatever the id, existing, missing or malformed.
-  unsigned perm = m == "GET" ? kRead : sub == "exec" || sub == "commands" ? kRun : kWrite;
-  need(req, perm);
+  need(req, permission_for(m, sub));
   // Then ownership: another key's sandbox is a 404 on every route, whatever the route.
   SandboxRecord rec = owned(req, id);
   id = rec.id;
   if (sub.empty()) return m == "GET" ? json_response(200, public_record(rec)) : remove(req, rec);
   if (sub == "exec") return exec(req, &rec);
+  if (sub == "exec/ws") return exec_ws(req, &rec);
+  if (sub == "tokens") return tokens(req, rec);
+  if (sub == "processes" || sub.rfind("processes/", 0) == 0) return processes_route(req, rec, sub);
+  if (sub.rfind("tcp/", 0) == 0) return tcp_ws(req, rec, port_number(sub.substr(4)));
   if (sub == "commands") return commands(req, rec);
   if (sub == "stat") return stat(req, id);
   bool json_files = query(req, "encoding") || req.content_type.rfind("application/json", 0) == 0 ||
@@ -448,6 +470,8 @@ void Api::cancel_all() {
   for (auto& w : streams_)
     if (auto s = w.lock()) std::static_pointer_cast<ExecStream>(s)->interrupt();
   streams_.clear();
+  // WebSocket sessions end with their command (killed; an attach detaches) and close frame 1001.
+  for (auto* cancel : sessions_) (*cancel)();
 }
 
 }  // namespace sbx::server

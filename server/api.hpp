@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,11 @@
 #include "core/backend.hpp"
 #include "server/auth.hpp"
 #include "server/metrics.hpp"
+#include "server/tokens.hpp"
+
+namespace sbx::ws {
+class Connection;
+}
 
 namespace sbx::server {
 
@@ -47,6 +53,8 @@ struct HttpRequest {
   const ApiKey* key = nullptr; ///< the authenticated caller
   int client_fd = -1;          ///< the connection's socket, to notice a client that hung up
   std::string request_id;      ///< X-Request-Id of the answer (also in error bodies and the log line)
+  std::string websocket_key;   ///< Sec-WebSocket-Key of a well-formed WebSocket upgrade (RFC 6455), else empty
+  std::optional<TokenGrant> token;  ///< set when the caller came with ?token= instead of X-API-Key
 };
 
 /// A response body produced while it is sent.
@@ -67,7 +75,12 @@ struct HttpResponse {
   uint64_t file_size = 0;
   std::shared_ptr<ResponseStream> stream;  ///< or stream this
   std::vector<std::pair<std::string, std::string>> headers;  ///< extra headers (Allow, Retry-After)
+  /// A WebSocket session: the HTTP layer answers 101 and runs this on a thread of
+  /// its own with the upgraded connection (needs the request's websocket_key).
+  std::function<void(ws::Connection&)> websocket;
 };
+
+struct ExecBody;  // an exec request's body, parsed (api_internal.hpp)
 
 class Api {
  public:
@@ -79,6 +92,9 @@ class Api {
 
   /// Authenticates from the X-API-Key header value; nullptr when refused.
   const ApiKey* authenticate(std::string_view presented) const { return keys_.authenticate(presented); }
+  /// Authenticates a ?token= for `path`: its key, and the grant in `grant`; nullptr when
+  /// the token is forged, expired, for another sandbox or route, or its key is gone.
+  const ApiKey* authenticate_token(std::string_view token, std::string_view path, TokenGrant& grant) const;
   /// Answers one request; never throws (errors become JSON error responses).
   HttpResponse handle(const HttpRequest& req);
   /// An error response in the API's JSON shape.
@@ -107,6 +123,32 @@ class Api {
   /// Our exec (argv) on `rec`, or /v1/run's one-shot when rec is nullptr.
   HttpResponse exec(const HttpRequest& req, const SandboxRecord* rec);
   HttpResponse commands(const HttpRequest& req, const SandboxRecord& rec);
+  /// POST .../exec with "background": 202 {pid} (api_procs.cpp).
+  HttpResponse background(const HttpRequest& req, const ExecBody& eb, const SandboxRecord* rec);
+  /// GET .../exec/ws (rec) and GET /v1/run/ws (nullptr): an interactive command (api_ws.cpp).
+  HttpResponse exec_ws(const HttpRequest& req, const SandboxRecord* rec);
+  /// GET .../processes/{pid}/attach: a background process's output and input over a WebSocket.
+  HttpResponse attach_ws(const HttpRequest& req, const SandboxRecord& rec, int pid);
+  /// GET .../tcp/{port}: bytes to and from 127.0.0.1:port in the sandbox over a WebSocket.
+  HttpResponse tcp_ws(const HttpRequest& req, const SandboxRecord& rec, uint16_t port);
+  /// POST .../tokens: a short-lived token for the sandbox's WebSocket routes or a port.
+  HttpResponse tokens(const HttpRequest& req, const SandboxRecord& rec);
+  /// .../processes[/{pid}/{logs,signal}] (api_procs.cpp); sub is "processes...".
+  HttpResponse processes_route(const HttpRequest& req, const SandboxRecord& rec, const std::string& sub);
+  /// Runs one interactive session on c: the client's input to the command, its
+  /// output and final message to the client (api_ws.cpp). `work` gets the
+  /// client's first message when `first_message` (else an empty object).
+  void interactive(ws::Connection& c, bool first_message,
+                   const std::function<nlohmann::json(const nlohmann::json& first, ExecIO& io)>& work);
+  /// Relays a tcp/{port} WebSocket to the sandbox's socket fd until both directions ended.
+  void tunnel(ws::Connection& c, int fd);
+  /// Counts a WebSocket session in flight and lets cancel_all reach its `cancel` (until the guard goes).
+  std::shared_ptr<void> track_session(std::function<void()>* cancel);
+  /// A one-shot's sandbox spec from a /v1/run body.
+  SandboxSpec one_shot_spec(const nlohmann::json& body, const ApiKey& key) const;
+  /// The command of an exec (on `id`) or one-shot (id empty, `spec`); returns {"exit": ...}.
+  nlohmann::json run_command(const ExecBody& eb, const SandboxSpec& spec, const std::string& id,
+                             const std::string& key_name, ExecIO& io);
   HttpResponse files_get(const HttpRequest& req, const std::string& id);
   HttpResponse files_put(const HttpRequest& req, const std::string& id);
   HttpResponse files_json_get(const HttpRequest& req, const SandboxRecord& rec);
@@ -153,6 +195,8 @@ class Api {
   std::map<std::string, int> execs_per_key_;
   std::map<std::string, int> creating_per_key_;  ///< creates under way, counted against the cap
   std::vector<std::weak_ptr<ResponseStream>> streams_;
+  std::vector<std::function<void()>*> sessions_;  ///< live WebSocket sessions' cancel hooks (under mu_)
+  std::string token_secret_ = new_token_secret();
   std::mutex probes_mu_;
   nlohmann::json probed_drivers_ = nlohmann::json::array();  ///< /healthz's drivers, from refresh_probes()
   bool default_driver_ok_ = false;

@@ -134,13 +134,6 @@ void ExecStream::interrupt() { send_kill(sig_w_.get()); }
 
 namespace {
 
-// The exec part of a request body (also used inside /v1/run).
-struct ExecBody {
-  ExecRequest req;
-  std::string stdin_data;
-  bool detach = false;
-};
-
 uint64_t timeout_ms_of(const json& v, const char* field, const Limits& lim) {
   double t = v.get<double>();
   if (!(t > 0) || t > static_cast<double>(lim.max_timeout_s))
@@ -161,10 +154,13 @@ void check_sizes(const ExecRequest& req, const Limits& lim) {
                                             " variables, " + format_size(lim.max_env_bytes) + ")");
 }
 
+}  // namespace
+
 ExecBody parse_exec(const json& j, const Limits& lim, bool allow_sandbox_field) {
-  std::initializer_list<const char*> fields = {"cmd", "env", "cwd", "stdin", "stdin_b64", "timeout_s", "detach"};
-  std::initializer_list<const char*> run_fields = {"cmd",       "env",       "cwd",   "stdin",
-                                                   "stdin_b64", "timeout_s", "detach", "sandbox"};
+  std::initializer_list<const char*> fields = {"cmd",    "env", "cwd",  "stdin", "stdin_b64", "timeout_s",
+                                               "detach", "tty", "rows", "cols",  "background", "stdin_open"};
+  std::initializer_list<const char*> run_fields = {"cmd",    "env", "cwd",  "stdin", "stdin_b64",  "timeout_s",
+                                                   "detach", "tty", "rows", "cols",  "background", "stdin_open", "sandbox"};
   reject_unknown_fields(j, allow_sandbox_field ? run_fields : fields, "exec request");
   ExecBody b;
   try {
@@ -175,15 +171,23 @@ ExecBody parse_exec(const json& j, const Limits& lim, bool allow_sandbox_field) 
     if (j.contains("stdin")) b.stdin_data = j["stdin"].get<std::string>();
     if (j.contains("stdin_b64")) b.stdin_data = base64_decode(j["stdin_b64"].get<std::string>());
     if (j.contains("timeout_s")) b.req.timeout_ms = timeout_ms_of(j["timeout_s"], "timeout_s", lim);
+    b.req.tty = j.value("tty", false);
+    b.req.rows = j.value<uint16_t>("rows", 0);
+    b.req.cols = j.value<uint16_t>("cols", 0);
+    b.req.background = j.value("background", false);
   } catch (const json::exception&) {
-    throw Error(Errc::invalid_argument, "exec request: 'cmd' must be an array of strings; env an object of strings")
+    throw Error(Errc::invalid_argument, "exec request: 'cmd' must be an array of strings; env an object of strings; "
+                                        "tty and background booleans; rows and cols numbers up to 65535")
         .set_hint("{\"cmd\": [\"python3\", \"-c\", \"print(1)\"]}");
   }
   if (b.req.argv.empty()) throw Error(Errc::invalid_argument, "exec request: 'cmd' is empty");
   check_sizes(b.req, lim);
-  b.req.stdin_open = !b.stdin_data.empty();
+  // A background process may keep a stdin pipe for attach without any data up front.
+  b.req.stdin_open = !b.stdin_data.empty() || (b.req.background && j.value("stdin_open", false));
   return b;
 }
+
+namespace {
 
 // `python` is Python 3 wherever Python is (Debian bases ship only python3).
 constexpr const char* kShellPrelude = "command -v python >/dev/null 2>&1 || python() { python3 \"$@\"; }\n";
@@ -209,51 +213,67 @@ Api::Buffered Api::run_buffered(const HttpRequest& req, bool detach, const std::
   return b;
 }
 
+SandboxSpec Api::one_shot_spec(const json& body, const ApiKey& key) const {
+  json sandbox = body.value("sandbox", json::object());
+  SandboxSpec spec;
+  try {
+    spec = sandbox.get<SandboxSpec>();
+  } catch (const json::exception& e) {
+    throw Error(Errc::invalid_argument, std::string("sandbox spec: ") + e.what());
+  }
+  return manager_spec(std::move(spec), sandbox, key);
+}
+
+json Api::run_command(const ExecBody& eb, const SandboxSpec& spec, const std::string& id, const std::string& key_name,
+                      ExecIO& io) {
+  auto t0 = std::chrono::steady_clock::now();
+  bool one_shot = id.empty();
+  if (!eb.stdin_data.empty()) io.stdin_data = eb.stdin_data;
+  ExecResult r;
+  try {
+    if (one_shot) {
+      // run_once ties the sandbox to this process: were the manager killed
+      // mid-call, the next gc (a restarted manager's first) collects it.
+      auto sandbox_slot = reserve_sandbox(key_name);
+      OneShotResult once = backend_.run_once(spec, eb.req, io);
+      if (!once.cleanup_error.empty()) metrics_.failure("remove");
+      r = once.exec;
+    } else {
+      r = backend_.exec(id, eb.req, io);
+    }
+  } catch (...) {
+    metrics_.failure("exec");
+    throw;
+  }
+  metrics_.exec_latency(one_shot ? spec.driver : "exec", seconds_since(t0));
+  json exit = r;
+  exit["error"] = io.error;
+  return {{"exit", exit}};
+}
+
+void require_running(const SandboxRecord& rec) {
+  if (rec.state != SandboxState::running)
+    throw Error(Errc::conflict, "sandbox " + rec.id + " is " + std::string(state_name(rec.state)))
+        .set_hint(rec.error.empty() ? "remove it and create another" : rec.error);
+}
+
 HttpResponse Api::exec(const HttpRequest& req, const SandboxRecord* rec) {
   bool one_shot = rec == nullptr;
   json body = parse_body(req);
   ExecBody eb = parse_exec(body, limits_, one_shot);
+  if (eb.req.tty)
+    throw Error(Errc::invalid_argument, "exec request: a terminal (tty) needs the WebSocket route")
+        .set_hint(one_shot ? "GET /v1/run/ws" : "GET /v1/sandboxes/{id}/exec/ws (docs/api.md)");
   SandboxSpec spec;
-  if (one_shot) {
-    json sandbox = body.value("sandbox", json::object());
-    try {
-      spec = sandbox.get<SandboxSpec>();
-    } catch (const json::exception& e) {
-      throw Error(Errc::invalid_argument, std::string("sandbox spec: ") + e.what());
-    }
-    spec = manager_spec(std::move(spec), sandbox, *req.key);
-  } else if (rec->state != SandboxState::running) {
-    // A dead sandbox is an HTTP error, not a stream that ends in one.
-    throw Error(Errc::conflict, "sandbox " + rec->id + " is " + std::string(state_name(rec->state)))
-        .set_hint(rec->error.empty() ? "remove it and create another" : rec->error);
-  }
+  if (one_shot) spec = one_shot_spec(body, *req.key);
+  else require_running(*rec);
+  if (eb.req.background) return background(req, eb, one_shot ? nullptr : rec);
   auto slot = reserve_exec(req.key->name);
   std::string key_name = req.key->name;
   std::string id_in = one_shot ? "" : rec->id;
   // The work shared by both answers: (create,) exec, (destroy); returns the exit record.
-  auto run = [this, eb, spec, id_in, one_shot, key_name, slot](ExecIO& io) -> json {
-    auto t0 = std::chrono::steady_clock::now();
-    io.stdin_data = eb.stdin_data;
-    ExecResult r;
-    try {
-      if (one_shot) {
-        // run_once ties the sandbox to this process: were the manager killed
-        // mid-call, the next gc (a restarted manager's first) collects it.
-        auto sandbox_slot = reserve_sandbox(key_name);
-        OneShotResult once = backend_.run_once(spec, eb.req, io);
-        if (!once.cleanup_error.empty()) metrics_.failure("remove");
-        r = once.exec;
-      } else {
-        r = backend_.exec(id_in, eb.req, io);
-      }
-    } catch (...) {
-      metrics_.failure("exec");
-      throw;
-    }
-    metrics_.exec_latency(one_shot ? spec.driver : "exec", seconds_since(t0));
-    json exit = r;
-    exit["error"] = io.error;
-    return {{"exit", exit}};
+  auto run = [this, eb, spec, id_in, key_name, slot](ExecIO& io) -> json {
+    return run_command(eb, spec, id_in, key_name, io);
   };
   if (req.accept.find("application/x-ndjson") != std::string::npos) {
     auto stream = std::make_shared<ExecStream>(in_flight_, req.client_fd, eb.detach);
@@ -281,9 +301,7 @@ HttpResponse Api::commands(const HttpRequest& req, const SandboxRecord& rec) {
   if (!body.contains("command") || !body["command"].is_string() || body["command"].get<std::string>().empty())
     throw Error(Errc::invalid_argument, "commands request: 'command' must be a non-empty shell string")
         .set_hint("{\"command\": \"export X=1; python /work/run.py\", \"timeout\": 30}");
-  if (rec.state != SandboxState::running)
-    throw Error(Errc::conflict, "sandbox " + rec.id + " is " + std::string(state_name(rec.state)))
-        .set_hint(rec.error.empty() ? "remove it and create another" : rec.error);
+  require_running(rec);
   std::string command = body["command"].get<std::string>();
   ExecRequest er;
   if (body.contains("timeout") && !body["timeout"].is_null()) {

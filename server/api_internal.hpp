@@ -25,4 +25,21 @@ void put_output(nlohmann::json& j, const char* name, const std::string& data);
 /// The ?`name`= value, or nullptr.
 const std::string* query(const HttpRequest& req, const char* name);
 
+/// The exec part of a request body (also used inside /v1/run and as a WebSocket's first message).
+struct ExecBody {
+  ExecRequest req;
+  std::string stdin_data;
+  bool detach = false;
+};
+/// Parses and checks an exec body against the limits (`sandbox` allowed for /v1/run).
+ExecBody parse_exec(const nlohmann::json& j, const Limits& lim, bool allow_sandbox_field);
+/// A whole number of a query (?tail=N) or path; 400 naming `name` otherwise.
+int parse_count(const std::string& text, const char* name);
+/// A signal as the API takes it: "INT", "SIGINT" or 2; 400 otherwise.
+int signal_number(const nlohmann::json& v);
+/// 404 unless `pid` is one of the sandbox's background processes.
+void require_process(Backend& backend, const std::string& id, int pid);
+/// 409 unless the sandbox is running: a dead sandbox is an HTTP error, not a stream that ends in one.
+void require_running(const SandboxRecord& rec);
+
 }  // namespace sbx::server

@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -16,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
 #include "core/lazy_libs.hpp"
+#include "core/websocket.hpp"
 
 namespace sbx::server {
 
@@ -92,6 +95,7 @@ struct Exchange {
   bool streamed = false;  // a file upload: handed on as it arrives, never held whole
   std::unique_ptr<StreamedUpload> upload;
   uint64_t received = 0;
+  std::function<void(ws::Connection&)> websocket;  // the session to run once the 101 is out
 };
 
 // A process-unique, unguessable-enough id for correlating an answer with its log line.
@@ -116,6 +120,36 @@ struct StreamHolder {
   std::shared_ptr<ResponseStream> stream;
 };
 
+// Case-insensitive: whether the comma-separated header value holds `token` ("keep-alive, Upgrade").
+bool header_has_token(const char* value, std::string_view token) {
+  if (!value) return false;
+  std::string v(value);
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (size_t pos = 0; pos <= v.size();) {
+    size_t end = std::min(v.find(',', pos), v.size());
+    size_t b = v.find_first_not_of(' ', pos), e = v.find_last_not_of(' ', end - 1);
+    if (b != std::string::npos && b < end && v.compare(b, e - b + 1, token) == 0) return true;
+    pos = end + 1;
+  }
+  return false;
+}
+
+// The session of an upgraded connection, on a thread of its own: the
+// upgrade callback must return before libmicrohttpd relays TLS for it.
+void start_websocket_session(const MhdApi& m, Exchange& ex, const char* extra, size_t extra_size, int sock,
+                             MHD_UpgradeResponseHandle* urh) {
+  std::thread([&m, fn = std::move(ex.websocket), key = ex.req.websocket_key, in = std::string(extra, extra_size), sock,
+               urh] {
+    try {
+      auto c = ws::Connection::accept_upgraded(sock, key, in);
+      fn(*c);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "websocket session failed: %s\n", e.what());
+    }
+    m.MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+  }).detach();
+}
+
 std::string json_escape(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -138,7 +172,20 @@ struct HttpServer::Impl {
   MHD_Result queue(MHD_Connection* c, Exchange& ex, HttpResponse r) {
     if (r.status >= 400) with_request_id(r, ex.req.request_id);
     MHD_Response* resp = nullptr;
-    if (r.stream) {
+    if (r.websocket) {
+      ex.websocket = std::move(r.websocket);
+      resp = m->MHD_create_response_for_upgrade(
+          [](void* cls, MHD_Connection*, void* con_cls, const char* extra, size_t extra_size, MHD_socket sock,
+             MHD_UpgradeResponseHandle* urh) {
+            start_websocket_session(*static_cast<Impl*>(cls)->m, *static_cast<Exchange*>(con_cls), extra, extra_size,
+                                    sock, urh);
+          },
+          this);
+      if (resp) {
+        m->MHD_add_response_header(resp, "Upgrade", "websocket");
+        m->MHD_add_response_header(resp, "Sec-WebSocket-Accept", ws::accept_key(ex.req.websocket_key).c_str());
+      }
+    } else if (r.stream) {
       auto* holder = new StreamHolder{r.stream};
       resp = m->MHD_create_response_from_callback(
           MHD_SIZE_UNKNOWN, 32 * 1024,
@@ -186,6 +233,14 @@ struct HttpServer::Impl {
         return early(c, *ex, Error(Errc::invalid_argument, "the URL path is longer than 4 KiB"));
       const char* key = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
       const ApiKey* who = key ? api.authenticate(key) : nullptr;
+      // Browsers cannot set headers on a WebSocket: a token in the query (server/tokens.hpp) stands in for the key.
+      const char* token = key ? nullptr : m->MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token");
+      if (token) {
+        TokenGrant grant;
+        if ((who = api.authenticate_token(token, ex->req.path, grant))) ex->req.token = grant;
+        else return early(c, *ex, Error(Errc::unauthenticated, "the token was refused (expired, or not for this route)")
+                                      .set_hint("ask for a new one: POST /v1/sandboxes/{id}/tokens"));
+      }
       if (!who)
         return early(c, *ex, Error(Errc::unauthenticated, key ? "the API key was refused" : "no X-API-Key header")
                                  .set_hint("send the manager's key in the X-API-Key header"));
@@ -239,6 +294,13 @@ struct HttpServer::Impl {
     if (const char* a = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept")) ex.req.accept = a;
     if (const char* t = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")) ex.req.content_type = t;
     if (auto* info = m->MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD)) ex.req.client_fd = info->connect_fd;
+    // RFC 6455's upgrade; a request asking for another version is not one (the route says what to send).
+    const char* key = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Key");
+    const char* version = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Version");
+    if (key && *key && version && std::string_view(version) == "13" && ex.req.method == "GET" &&
+        header_has_token(m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Upgrade"), "websocket") &&
+        header_has_token(m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connection"), "upgrade"))
+      ex.req.websocket_key = key;
   }
 
   // A file upload: its handler starts with the first piece and reads the rest as it comes.
@@ -340,7 +402,8 @@ void HttpServer::start() {
   ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&got), &gl);
   s.bound_port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
 
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
+                   MHD_ALLOW_UPGRADE;
   if (!s.opts.tls_cert_pem.empty()) flags |= MHD_USE_TLS;
   auto handler = [](void* cls, MHD_Connection* c, const char* url, const char* method, const char*,
                     const char* upload, size_t* upload_size, void** state) -> MHD_Result {

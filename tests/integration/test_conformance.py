@@ -580,9 +580,7 @@ def _readline(p, timeout):
     return p.stdout.readline() if ready else None
 
 
-# Through a manager, stdin travels whole in the exec request (docs/api.md):
-# interactive input needs a second channel the HTTP API does not have yet.
-@pytest.mark.only_drivers("subprocess", "runsc", "microvm", "deno")
+# Through a manager too: `exec -i` streams stdin over the exec WebSocket (docs/api.md).
 def test_stdin_streams_interactively(sbx, sandbox):
     p = sbx.popen("exec", "-i", sandbox, "--", "sh", "-c", "read a; echo got:$a; read b; echo got:$b",
                   stdin=subprocess.PIPE)

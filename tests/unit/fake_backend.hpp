@@ -13,7 +13,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
+
+#include <sys/socket.h>
 
 #include "core/backend.hpp"
 #include "core/error.hpp"
@@ -110,6 +114,46 @@ class FakeBackend : public sbx::Backend {
 
   sbx::GcReport gc(bool /*dry_run*/) override { return {}; }
 
+  std::vector<sbx::ProcessInfo> processes(const std::string& id) override {
+    std::lock_guard lock(mu_);
+    if (!records_.count(id)) throw missing(id);
+    return procs_[id];
+  }
+
+  std::optional<sbx::ExecResult> attach(const std::string& id, int pid, const sbx::AttachOptions& opts,
+                                        sbx::ExecIO& io) override {
+    AttachScript script;
+    {
+      std::lock_guard lock(mu_);
+      if (!records_.count(id)) throw missing(id);
+      script = attach_script_;
+    }
+    if (!script) throw sbx::Error(sbx::Errc::not_found, "no background process (fake backend)");
+    return script(id, pid, opts, io);
+  }
+
+  void signal_process(const std::string& id, int pid, int sig) override {
+    std::lock_guard lock(mu_);
+    if (!records_.count(id)) throw missing(id);
+    signals_.emplace_back(id, pid, sig);
+  }
+
+  /// One end of a socketpair whose other end the port handler serves on a thread of its own.
+  sbx::Fd open_port(const std::string& id, uint16_t port) override {
+    std::function<void(sbx::Fd)> handler;
+    {
+      std::lock_guard lock(mu_);
+      if (!records_.count(id)) throw missing(id);
+      handler = port_handler_;
+    }
+    if (!handler)
+      throw sbx::Error(sbx::Errc::unavailable, "nothing listens on 127.0.0.1:" + std::to_string(port) + " in sandbox " + id);
+    int sp[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) throw sbx::sys_error("socketpair", errno);
+    std::thread([handler, fd = sbx::Fd(sp[1])]() mutable { handler(std::move(fd)); }).detach();
+    return sbx::Fd(sp[0]);
+  }
+
   std::optional<sbx::FileEntry> stat(const std::string& id, const std::string& path) override {
     std::lock_guard lock(mu_);
     if (!records_.count(id)) throw missing(id);
@@ -170,6 +214,24 @@ class FakeBackend : public sbx::Backend {
 
   // ---- what tests set up
 
+  using AttachScript = std::function<std::optional<sbx::ExecResult>(const std::string& id, int pid,
+                                                                    const sbx::AttachOptions&, sbx::ExecIO&)>;
+  /// The background processes processes() lists for a sandbox.
+  void set_processes(const std::string& id, std::vector<sbx::ProcessInfo> procs) {
+    std::lock_guard lock(mu_);
+    procs_[id] = std::move(procs);
+  }
+  /// How attach answers (nullptr: not_found).
+  void set_attach(AttachScript s) {
+    std::lock_guard lock(mu_);
+    attach_script_ = std::move(s);
+  }
+  /// What serves open_port's connections (nullptr: nothing listens).
+  void set_port_handler(std::function<void(sbx::Fd)> h) {
+    std::lock_guard lock(mu_);
+    port_handler_ = std::move(h);
+  }
+
   /// Puts a record in place as is (a dead or pooled sandbox, another owner's);
   /// its workdir and "/" exist as directories.
   void add(const sbx::SandboxRecord& rec) {
@@ -225,6 +287,11 @@ class FakeBackend : public sbx::Backend {
     std::lock_guard lock(mu_);
     return one_shots_;
   }
+  /// The signal_process calls: (sandbox, pid, signal).
+  std::vector<std::tuple<std::string, int, int>> signals() {
+    std::lock_guard lock(mu_);
+    return signals_;
+  }
   bool has(const std::string& id) {
     std::lock_guard lock(mu_);
     return records_.count(id) > 0;
@@ -246,6 +313,10 @@ class FakeBackend : public sbx::Backend {
   std::vector<FakePut> puts_;
   std::vector<sbx::SandboxSpec> created_, one_shots_;
   Script script_;
+  AttachScript attach_script_;
+  std::function<void(sbx::Fd)> port_handler_;
+  std::map<std::string, std::vector<sbx::ProcessInfo>> procs_;
+  std::vector<std::tuple<std::string, int, int>> signals_;
   std::set<std::string> held_ids_;
   int held_ = 0;
 };
