@@ -27,6 +27,7 @@ class LocalBackend : public Backend {
   SandboxRecord get(const std::string& id) override;
   void remove(const std::string& id) override;
   SandboxRecord start(const std::string& id) override;
+  Fd open_port(const std::string& id, uint16_t port) override;
   GcReport gc(bool dry_run) override;
   std::optional<FileEntry> stat(const std::string& id, const std::string& path) override;
   uint64_t put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) override;
