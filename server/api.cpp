@@ -55,6 +55,7 @@ std::string allowed_methods(const std::string& path) {
   if (slash == std::string::npos) return "GET, DELETE";
   std::string sub = rest.substr(slash + 1);
   if (sub == "exec" || sub == "commands") return "POST";
+  if (sub.rfind("ports/", 0) == 0) return kPortProxyMethods;
   if (sub == "stat") return "GET";
   if (sub == "files") return "GET, PUT, POST";
   return "";
@@ -203,7 +204,9 @@ HttpResponse Api::sandbox_route(const HttpRequest& req, const std::string& rest)
     return none;
   }
   // The permission first: a key lacking it gets 403 whatever the id, existing, missing or malformed.
-  unsigned perm = m == "GET" ? kRead : sub == "exec" || sub == "commands" ? kRun : kWrite;
+  // The port proxy reaches code running in the sandbox, whatever the method: run.
+  bool ports = sub.rfind("ports/", 0) == 0;
+  unsigned perm = ports ? kRun : m == "GET" ? kRead : sub == "exec" || sub == "commands" ? kRun : kWrite;
   need(req, perm);
   // Then ownership: another key's sandbox is a 404 on every route, whatever the route.
   SandboxRecord rec = owned(req, id);
@@ -212,6 +215,7 @@ HttpResponse Api::sandbox_route(const HttpRequest& req, const std::string& rest)
   if (sub == "exec") return exec(req, &rec);
   if (sub == "commands") return commands(req, rec);
   if (sub == "stat") return stat(req, id);
+  if (ports) return port_proxy(req, rec, sub);
   bool json_files = query(req, "encoding") || req.content_type.rfind("application/json", 0) == 0 ||
                     (m == "GET" && req.accept.rfind("application/json", 0) == 0);
   if (m == "POST") return files_json_post(req, rec);

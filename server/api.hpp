@@ -47,6 +47,8 @@ struct HttpRequest {
   const ApiKey* key = nullptr; ///< the authenticated caller
   int client_fd = -1;          ///< the connection's socket, to notice a client that hung up
   std::string request_id;      ///< X-Request-Id of the answer (also in error bodies and the log line)
+  std::vector<std::pair<std::string, std::string>> headers;  ///< every request header, in order (the port proxy passes them on)
+  std::vector<std::pair<std::string, std::string>> args;     ///< the query's arguments in order, repeats kept (decoded)
 };
 
 /// A response body produced while it is sent.
@@ -66,6 +68,7 @@ struct HttpResponse {
   int file_fd = -1;            ///< send this file (owned) instead of body
   uint64_t file_size = 0;
   std::shared_ptr<ResponseStream> stream;  ///< or stream this
+  int64_t stream_size = -1;    ///< the stream's length when known (sent as Content-Length), else -1
   std::vector<std::pair<std::string, std::string>> headers;  ///< extra headers (Allow, Retry-After)
 };
 
@@ -112,6 +115,8 @@ class Api {
   HttpResponse files_json_get(const HttpRequest& req, const SandboxRecord& rec);
   HttpResponse files_json_post(const HttpRequest& req, const SandboxRecord& rec);
   HttpResponse stat(const HttpRequest& req, const std::string& id);
+  /// /v1/sandboxes/{id}/ports/{port}/{path...}: the HTTP reverse proxy (api_ports.cpp); sub is "ports/...".
+  HttpResponse port_proxy(const HttpRequest& req, const SandboxRecord& rec, const std::string& sub);
   HttpResponse gc(const HttpRequest& req);
   HttpResponse healthz(const ApiKey& caller);
   HttpResponse metrics_text();
