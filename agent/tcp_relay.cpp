@@ -18,6 +18,8 @@ namespace {
 // Host data held for one connection's sockets before the host connection is
 // no longer read (the same mark the agent uses for its output queues).
 constexpr size_t kHighWater = 1 << 20;
+constexpr size_t kReadChunk = 256 << 10;
+constexpr int kHostSndBuf = 1 << 20;
 
 std::string refused_message(uint16_t port) {
   return "nothing listens on 127.0.0.1:" + std::to_string(port) + " in the sandbox";
@@ -41,6 +43,10 @@ void TcpRelay::open(int conn_fd, uint32_t channel, const nlohmann::json& req) {
   if (rc != 0 && errno == ECONNREFUSED) throw Error(Errc::unavailable, refused_message(static_cast<uint16_t>(port)));
   if (rc != 0 && errno != EINPROGRESS)
     throw sys_error("cannot connect to 127.0.0.1:" + std::to_string(port) + " in the sandbox", errno);
+  // A deeper queue to the host lets a bulk transfer run longer between wake-ups (capped by
+  // net.core.wmem_max; not a socket, as virtio-serial is not: nothing changes).
+  int sndbuf = kHostSndBuf;
+  ::setsockopt(conn_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
   int fd = s.get();
   Link l;
   l.conn_fd = conn_fd;
@@ -131,7 +137,8 @@ void TcpRelay::write_sock(Link& l) {
 }
 
 void TcpRelay::read_sock(Link& l) {
-  char buf[proto::kChunk];
+  // Big reads: a bulk transfer costs a syscall and a frame per quarter megabyte, not per 64 KiB.
+  static char buf[kReadChunk];
   int fd = l.sock.get();
   // Stop at the host's high-water mark; the rest waits in the socket (the server then blocks, as over TCP).
   while (!hooks_.congested(l.conn_fd)) {

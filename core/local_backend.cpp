@@ -307,7 +307,8 @@ ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t
   return res;
 }
 
-Fd LocalBackend::open_port(const std::string& id, uint16_t port) {
+// An agent connection whose connect to 127.0.0.1:port in the sandbox is up.
+AgentClient LocalBackend::port_client(const std::string& id, uint16_t port) {
   SandboxRecord rec = registry_.get(id);
   auto driver = driver_for(rec);
   uint64_t oom_before = 0;
@@ -321,6 +322,15 @@ Fd LocalBackend::open_port(const std::string& id, uint16_t port) {
     throw Error(Errc::unavailable, "nothing listens on 127.0.0.1:" + std::to_string(port) + " in sandbox " + rec.id)
         .set_hint("start the server in the sandbox first, listening on 127.0.0.1 or 0.0.0.0");
   }
+  return agent;
+}
+
+void LocalBackend::forward_port(const std::string& id, uint16_t port, int local_fd) {
+  port_client(id, port).relay_port(local_fd);
+}
+
+Fd LocalBackend::open_port(const std::string& id, uint16_t port) {
+  AgentClient agent = port_client(id, port);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) throw sys_error("socketpair", errno);
   Fd ours(sv[0]), theirs(sv[1]);

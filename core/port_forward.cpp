@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "core/port_relay.hpp"
 
 namespace sbx {
 
@@ -65,7 +64,6 @@ ForwardPorts parse_forward_ports(const std::string& spec) {
 
 struct PortForwarder::Conn {
   Fd client;
-  Fd port;            // the sandbox side, once open
   std::thread thread;
   std::atomic<bool> done{false};
 };
@@ -92,13 +90,7 @@ PortForwarder::~PortForwarder() { reap(true); }
 
 void PortForwarder::serve(Conn& c, const std::function<void(const Error&)>& on_error) {
   try {
-    Fd port = backend_.open_port(id_, remote_);
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) return void(c.done = true);  // stopped while this one was being opened
-      c.port = std::move(port);
-    }
-    splice_streams(c.client.get(), c.port.get());
+    backend_.forward_port(id_, remote_, c.client.get());
   } catch (const Error& e) {
     // Nothing listening is this connection's problem; a sandbox that is gone ends the forwarding.
     bool gone = false;
@@ -126,13 +118,11 @@ void PortForwarder::reap(bool all) {
   std::list<std::unique_ptr<Conn>> finished;
   {
     std::lock_guard lock(mu_);
-    if (all) stopping_ = true;
     for (auto it = conns_.begin(); it != conns_.end();) {
       Conn& c = **it;
       if (all && !c.done) {
-        // Wakes the relay's blocked reads; a thread still opening its port returns shortly.
+        // Ends the relay (its side of the connection is gone); a thread still opening its port returns shortly.
         ::shutdown(c.client.get(), SHUT_RDWR);
-        if (c.port) ::shutdown(c.port.get(), SHUT_RDWR);
       }
       if (all || c.done) finished.splice(finished.end(), conns_, it++);
       else ++it;

@@ -55,7 +55,6 @@ class PortForwarder {
   std::mutex mu_;
   std::list<std::unique_ptr<Conn>> conns_;
   std::unique_ptr<Error> fatal_;
-  bool stopping_ = false;
 };
 
 }  // namespace sbx
