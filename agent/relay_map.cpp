@@ -7,7 +7,7 @@ namespace sbx::agent {
 namespace {
 bool opens_request(proto::Type t) {
   return t == proto::Type::exec || t == proto::Type::file_read || t == proto::Type::file_write ||
-         t == proto::Type::list || t == proto::Type::ping;
+         t == proto::Type::list || t == proto::Type::ping || t == proto::Type::connect;
 }
 
 std::string signal_frame(uint32_t channel, int sig) {
@@ -42,6 +42,15 @@ std::optional<std::string> RelayMap::from_client(int client, const proto::Frame&
     // Any frame on an open channel, even a second request (the agent answers
     // that with a conflict, as it would to a direct client).
     guest = it->second;
+    Route& r = routes_.at(guest);
+    if (r.kind == proto::Type::connect) {
+      // A TCP connection ends when both sides sent end, or either an error.
+      if (f.type == proto::Type::end) r.client_ended = true;
+      if (f.type == proto::Type::error || (r.client_ended && r.guest_ended)) {
+        by_client_.erase(it);
+        routes_.erase(guest);
+      }
+    }
   } else if (opens_request(f.type)) {
     guest = allocate();
     routes_[guest] = Route{client, f.channel, f.type};
@@ -55,8 +64,9 @@ std::optional<std::string> RelayMap::from_client(int client, const proto::Frame&
 std::optional<std::pair<int, std::string>> RelayMap::from_guest(const proto::Frame& f) {
   auto it = routes_.find(f.channel);
   if (it == routes_.end()) return std::nullopt;
+  if (it->second.kind == proto::Type::connect && f.type == proto::Type::end) it->second.guest_ended = true;
   Route r = it->second;
-  if (final_frame(r, f.type)) {
+  if (final_frame(r, f.type) || (r.client_ended && r.guest_ended)) {
     by_client_.erase({r.client, r.channel});
     routes_.erase(it);
   }
@@ -73,6 +83,9 @@ std::vector<std::string> RelayMap::drop_client(int client) {
     // What the agent does for a client that vanished: end its commands. A
     // paused command is killed all the same (SIGKILL needs no SIGCONT).
     if (it->second.kind == proto::Type::exec) out.push_back(signal_frame(it->first, SIGKILL));
+    // Its TCP connections close (an error from the host aborts one).
+    if (it->second.kind == proto::Type::connect)
+      out.push_back(proto::encode_error(it->first, "unavailable", 0, "the host went away"));
     by_client_.erase({client, it->second.channel});
     it = routes_.erase(it);
   }
@@ -82,7 +95,9 @@ std::vector<std::string> RelayMap::drop_client(int client) {
 std::vector<std::string> RelayMap::pause_client(int client, bool pause) {
   std::vector<std::string> out;
   for (auto& [guest, r] : routes_) {
-    if (r.client != client || r.kind != proto::Type::exec || r.paused == pause) continue;
+    // A TCP connection pauses too: the agent stops reading its socket on SIGSTOP (agent/tcp_relay.hpp).
+    bool pausable = r.kind == proto::Type::exec || r.kind == proto::Type::connect;
+    if (r.client != client || !pausable || r.paused == pause) continue;
     r.paused = pause;
     out.push_back(signal_frame(guest, pause ? SIGSTOP : SIGCONT));
   }

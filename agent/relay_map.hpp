@@ -25,8 +25,8 @@ class RelayMap {
   std::optional<std::pair<int, std::string>> from_guest(const proto::Frame& f);
   /// Forgets a client; returns the frames that end its running commands.
   std::vector<std::string> drop_client(int client);
-  /// SIGSTOP (pause) or SIGCONT (resume) frames for a client's commands, each
-  /// command paused at most once.
+  /// SIGSTOP (pause) or SIGCONT (resume) frames for a client's commands and
+  /// TCP connections, each paused at most once.
   std::vector<std::string> pause_client(int client, bool pause);
   /// Requests in flight (for tests and diagnostics).
   size_t open_channels() const { return routes_.size(); }
@@ -37,6 +37,7 @@ class RelayMap {
     uint32_t channel;   // the client's own id
     proto::Type kind;   // the request that opened it
     bool paused = false;
+    bool client_ended = false, guest_ended = false;  // a connect's half-closes
   };
   uint32_t allocate();
   bool final_frame(const Route& r, proto::Type t) const;

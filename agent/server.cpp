@@ -17,6 +17,7 @@
 
 #include "agent/files.hpp"
 #include "agent/spawn.hpp"
+#include "agent/tcp_relay.hpp"
 #include "core/error.hpp"
 #include "core/protocol.hpp"
 
@@ -76,7 +77,12 @@ uint64_t oom_kill_count() {
 
 class Server {
  public:
-  explicit Server(const ServerOptions& o) : opts_(o) {}
+  explicit Server(const ServerOptions& o)
+      : opts_(o), tcp_({[this](int fd, const std::string& b) { send(fd, b); },
+                        [this](int fd) {
+                          auto it = conns_.find(fd);
+                          return it == conns_.end() || it->second->congested();
+                        }}) {}
   int run();
 
  private:
@@ -100,6 +106,7 @@ class Server {
   Fd sigfd_;
   std::map<int, std::unique_ptr<Conn>> conns_;
   std::map<pid_t, Exec> execs_;
+  TcpRelay tcp_;
   int64_t started_ = mono_ms();
   bool stop_ = false;
 };
@@ -188,8 +195,10 @@ void Server::handle(Conn& c, proto::Frame& f) {
     send(fd, proto::encode_error(f.channel, code_name(e.code()), e.sys_errno(), e.what()));
   };
   try {
+    if (tcp_.owns(fd, f.channel)) return tcp_.frame(fd, f);
     switch (f.type) {
       case proto::Type::exec: start_exec(c, f.channel, f.json()); break;
+      case proto::Type::connect: tcp_.open(fd, f.channel, f.json()); break;
       case proto::Type::stdin_data:
         if (auto* e = exec_on(fd, f.channel)) {
           e->stdin_buf += f.payload;
@@ -390,6 +399,7 @@ void Server::drop_conn(int fd) {
     kill_tree(pid);
     e.conn_fd = -1;
   }
+  tcp_.drop_conn(fd);
   conns_.erase(fd);
 }
 
@@ -408,7 +418,7 @@ int Server::run() {
   for (int fd : opts_.stream_fds) add_conn(fd);
 
   std::vector<pollfd> pfds;
-  // What each pollfd is for: 0 signal, 1 listen, 2 conn, 3 stdout, 4 stderr, 5 stdin.
+  // What each pollfd is for: 0 signal, 1 listen, 2 conn, 3 stdout, 4 stderr, 5 stdin, 6 a TCP connection.
   std::vector<std::pair<int, pid_t>> what;
   while (!stop_) {
     pfds.clear();
@@ -420,11 +430,14 @@ int Server::run() {
       what.emplace_back(1, 0);
     }
     for (auto& [fd, c] : conns_) {
-      short ev = POLLIN;
+      // A host whose TCP data the sandbox's servers have not taken is not read until they do.
+      short ev = tcp_.holds_input(fd) ? 0 : POLLIN;
       if (c->out_off < c->out.size()) ev |= POLLOUT;
       pfds.push_back({fd, ev, 0});
       what.emplace_back(2, 0);
     }
+    tcp_.add_polls(pfds);
+    what.resize(pfds.size(), {6, 0});
     int64_t now = mono_ms(), next_deadline = -1;
     for (auto& [pid, e] : execs_) {
       // A command whose host is not reading waits on its own full pipe.
@@ -459,6 +472,8 @@ int Server::run() {
         if (pfds[i].revents & POLLOUT) flush(*it->second);
         if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_conn(*it->second);
         if (!it->second->reads.empty()) feed_reads(*it->second);
+      } else if (kind == 6) {
+        tcp_.ready(pfds[i].fd, pfds[i].revents);
       } else {
         auto it = execs_.find(pid);
         if (it == execs_.end()) continue;

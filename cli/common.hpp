@@ -94,5 +94,6 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out);
 void register_serve(CLI::App& app, Globals& g, Outcome& out);
 void register_pool(CLI::App& app, Globals& g, Outcome& out);
 void register_image(CLI::App& app, Globals& g, Outcome& out);
+void register_port_forward(CLI::App& app, Globals& g, Outcome& out);
 
 }  // namespace sbx::cli

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   register_serve(app, globals, outcome);
   register_pool(app, globals, outcome);
   register_image(app, globals, outcome);
+  register_port_forward(app, globals, outcome);
   std::vector<std::string> args;
   try {
     args = split_exec_command(app, std::vector<std::string>(argv + 1, argv + argc));

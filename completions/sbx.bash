@@ -146,7 +146,7 @@ _sbx()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$_sbx_global_opts --version" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image start" -- "$cur"))
+                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image start port-forward" -- "$cur"))
             fi
             return ;;
         create) opts=$_sbx_create_opts ;;
@@ -159,6 +159,7 @@ _sbx()
         ls) opts="--json -q --quiet -f --filter" ;;
         rm) opts="-f --force --all" ;;
         start) opts="" ;;
+        port-forward) opts="" ;;
         gc) opts="--dry-run --json" ;;
         doctor) opts="--json --driver --remote" ;;
         serve) opts="--listen --driver --tls-cert --tls-key --log-format --api-key-file --insecure-dev" ;;
@@ -205,6 +206,10 @@ _sbx()
             elif [[ ${pos[0]} == import ]]; then
                 _filedir 2>/dev/null || COMPREPLY=($(compgen -f -- "$cur"))
             fi
+            ;;
+        port-forward)
+            # ID, then [LOCAL:]REMOTE (nothing to offer for a port)
+            ((npos == 0)) && COMPREPLY=($(compgen -W "$(_sbx_ids "${words[0]}")" -- "$cur"))
             ;;
         rm | start)
             local id

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/port_relay.hpp"
 #include "core/protocol.hpp"
 #include "core/unix_socket.hpp"
 
@@ -202,5 +203,15 @@ void AgentClient::write_entry(const std::string& path, const FileEntry& meta,
   auto f = must_read(fd_.get());
   if (f.type == proto::Type::error) throw_remote(f);
 }
+
+void AgentClient::connect_port(uint16_t port) {
+  uint32_t ch = next_channel();
+  send_all(fd_.get(), proto::encode_json(proto::Type::connect, ch, {{"port", port}}));
+  auto f = must_read(fd_.get());
+  if (f.type == proto::Type::error) throw_remote(f);
+  if (f.type != proto::Type::ok) throw Error(Errc::protocol, "unexpected frame from the agent during connect");
+}
+
+void AgentClient::relay_port(int local_fd) { relay_port_channel(fd_.get(), channel_, local_fd); }
 
 }  // namespace sbx

@@ -59,6 +59,14 @@ class AgentClient {
   /// Creates a file (content pulled from `source` until it returns false), directory or symlink.
   void write_entry(const std::string& path, const FileEntry& meta,
                    const std::function<bool(std::string&)>& source);
+  /// Opens a TCP connection to 127.0.0.1:port inside the sandbox (no network
+  /// needed: the agent connects over loopback). Throws unavailable, with the
+  /// agent's message, when nothing listens there. Then call relay_port.
+  void connect_port(uint16_t port);
+  /// Relays the connection connect_port opened and the stream socket local_fd
+  /// until both directions ended or either broke (core/port_relay.hpp). The
+  /// client is spent afterwards.
+  void relay_port(int local_fd);
 
  private:
   uint32_t next_channel() { return ++channel_; }

@@ -12,6 +12,7 @@
 #include "core/copy.hpp"
 #include "core/error.hpp"
 #include "core/fd.hpp"
+#include "core/port_relay.hpp"
 #include "core/spec.hpp"
 
 namespace sbx {
@@ -105,6 +106,14 @@ class Backend {
   virtual Fd open_port(const std::string& id, uint16_t port) {
     (void)port;
     throw Error(Errc::unavailable, "sbx port-forward " + id + ": not supported by the " + where() + " backend");
+  }
+  /// Relays the connected stream socket local_fd to 127.0.0.1:port inside the sandbox until
+  /// both directions ended (what sbx port-forward does per connection); throws as open_port
+  /// does before any byte moves. The default relays through open_port's socket; a backend
+  /// may relay local_fd directly, one hop less.
+  virtual void forward_port(const std::string& id, uint16_t port, int local_fd) {
+    Fd s = open_port(id, port);
+    splice_streams(local_fd, s.get());
   }
   /// Collects idle, expired and dead sandboxes and orphans.
   virtual GcReport gc(bool dry_run) = 0;

@@ -27,6 +27,8 @@ class LocalBackend : public Backend {
   SandboxRecord get(const std::string& id) override;
   void remove(const std::string& id) override;
   SandboxRecord start(const std::string& id) override;
+  Fd open_port(const std::string& id, uint16_t port) override;
+  void forward_port(const std::string& id, uint16_t port, int local_fd) override;
   GcReport gc(bool dry_run) override;
   std::optional<FileEntry> stat(const std::string& id, const std::string& path) override;
   uint64_t put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) override;
@@ -51,6 +53,8 @@ class LocalBackend : public Backend {
   /// connect() under the sandbox's shared lock, as an exec or copy starts; also
   /// reads the OOM-kill count that tells later whether the memory cap ended it.
   AgentClient attach(SandboxRecord& rec, Driver& driver, uint64_t& oom_before);
+  /// An agent connection of a running sandbox with a TCP connection to 127.0.0.1:port in it open.
+  AgentClient port_client(const std::string& id, uint16_t port);
   /// Called in a handler for a stream that broke mid-exec: when the sandbox is gone, records
   /// it dead and reports an OOM kill that took it down; else rethrows.
   ExecResult agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before);

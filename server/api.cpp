@@ -56,6 +56,7 @@ std::string allowed_methods(const std::string& path) {
   if (slash == std::string::npos) return "GET, DELETE";
   std::string sub = rest.substr(slash + 1);
   if (sub == "exec" || sub == "commands" || sub == "tokens") return "POST";
+  if (sub.rfind("ports/", 0) == 0) return kPortProxyMethods;
   if (sub == "stat" || sub == "exec/ws" || sub == "processes" || sub.rfind("tcp/", 0) == 0) return "GET";
   if (sub.rfind("processes/", 0) == 0) return sub.size() > 7 && sub.ends_with("/signal") ? "POST" : "GET";
   if (sub == "files") return "GET, PUT, POST";
@@ -66,6 +67,7 @@ std::string allowed_methods(const std::string& path) {
 // (exec, a terminal, a process's input or signals, a port) is run; reading is read.
 unsigned permission_for(const std::string& method, const std::string& sub) {
   bool runs = sub == "exec" || sub == "commands" || sub == "exec/ws" || sub == "tokens" || sub.rfind("tcp/", 0) == 0 ||
+              sub.rfind("ports/", 0) == 0 ||
               (sub.rfind("processes/", 0) == 0 && (sub.ends_with("/attach") || sub.ends_with("/signal")));
   if (runs) return kRun;
   return method == "GET" ? kRead : kWrite;
@@ -222,6 +224,7 @@ HttpResponse Api::sandbox_route(const HttpRequest& req, const std::string& rest)
     return none;
   }
   // The permission first: a key lacking it gets 403 whatever the id, existing, missing or malformed.
+  bool ports = sub.rfind("ports/", 0) == 0;
   need(req, permission_for(m, sub));
   // Then ownership: another key's sandbox is a 404 on every route, whatever the route.
   SandboxRecord rec = owned(req, id);
@@ -234,6 +237,7 @@ HttpResponse Api::sandbox_route(const HttpRequest& req, const std::string& rest)
   if (sub.rfind("tcp/", 0) == 0) return tcp_ws(req, rec, port_number(sub.substr(4)));
   if (sub == "commands") return commands(req, rec);
   if (sub == "stat") return stat(req, id);
+  if (ports) return port_proxy(req, rec, sub);
   bool json_files = query(req, "encoding") || req.content_type.rfind("application/json", 0) == 0 ||
                     (m == "GET" && req.accept.rfind("application/json", 0) == 0);
   if (m == "POST") return files_json_post(req, rec);

@@ -55,6 +55,8 @@ struct HttpRequest {
   std::string request_id;      ///< X-Request-Id of the answer (also in error bodies and the log line)
   std::string websocket_key;   ///< Sec-WebSocket-Key of a well-formed WebSocket upgrade (RFC 6455), else empty
   std::optional<TokenGrant> token;  ///< set when the caller came with ?token= instead of X-API-Key
+  std::vector<std::pair<std::string, std::string>> headers;  ///< every request header, in order (the port proxy passes them on)
+  std::vector<std::pair<std::string, std::string>> args;     ///< the query's arguments in order, repeats kept (decoded)
 };
 
 /// A response body produced while it is sent.
@@ -74,6 +76,7 @@ struct HttpResponse {
   int file_fd = -1;            ///< send this file (owned) instead of body
   uint64_t file_size = 0;
   std::shared_ptr<ResponseStream> stream;  ///< or stream this
+  int64_t stream_size = -1;    ///< the stream's length when known (sent as Content-Length), else -1
   std::vector<std::pair<std::string, std::string>> headers;  ///< extra headers (Allow, Retry-After)
   /// A WebSocket session: the HTTP layer answers 101 and runs this on a thread of
   /// its own with the upgraded connection (needs the request's websocket_key).
@@ -154,6 +157,8 @@ class Api {
   HttpResponse files_json_get(const HttpRequest& req, const SandboxRecord& rec);
   HttpResponse files_json_post(const HttpRequest& req, const SandboxRecord& rec);
   HttpResponse stat(const HttpRequest& req, const std::string& id);
+  /// /v1/sandboxes/{id}/ports/{port}/{path...}: the HTTP reverse proxy (api_ports.cpp); sub is "ports/...".
+  HttpResponse port_proxy(const HttpRequest& req, const SandboxRecord& rec, const std::string& sub);
   HttpResponse gc(const HttpRequest& req);
   HttpResponse healthz(const ApiKey& caller);
   HttpResponse metrics_text();

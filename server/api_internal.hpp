@@ -14,6 +14,14 @@ namespace sbx::server {
 /// The label holding the platform's `label` of a sandbox.
 inline constexpr const char* kPlatformLabel = "sbx.label";
 
+/// The methods the port proxy (/v1/sandboxes/{id}/ports/...) passes on.
+inline constexpr const char* kPortProxyMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+/// Whether a request path is the port proxy's (its bodies are streamed, of any size).
+inline bool is_port_proxy_path(const std::string& path) {
+  auto at = path.find("/ports/");
+  return path.rfind("/v1/sandboxes/", 0) == 0 && at != std::string::npos && path.find('/', 14) == at;
+}
+
 /// j as one line of text; bytes that are not UTF-8 (a caller's, quoted in an error) become U+FFFD, never an exception.
 std::string json_line(const nlohmann::json& j);
 /// A JSON answer.

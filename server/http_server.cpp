@@ -188,7 +188,7 @@ struct HttpServer::Impl {
     } else if (r.stream) {
       auto* holder = new StreamHolder{r.stream};
       resp = m->MHD_create_response_from_callback(
-          MHD_SIZE_UNKNOWN, 32 * 1024,
+          r.stream_size >= 0 ? static_cast<uint64_t>(r.stream_size) : MHD_SIZE_UNKNOWN, 32 * 1024,
           [](void* cls, uint64_t, char* buf, size_t max) -> ssize_t {
             ssize_t n = static_cast<StreamHolder*>(cls)->stream->read(buf, max);
             if (n > 0) return n;
@@ -246,7 +246,8 @@ struct HttpServer::Impl {
                                  .set_hint("send the manager's key in the X-API-Key header"));
       ex->req.key = who;
       ex->key_name = who->name;
-      ex->streamed = ex->req.method == "PUT";  // PUT is only the files route's
+      // PUT is only the files route's; the port proxy streams a body of any method and size.
+      ex->streamed = ex->req.method == "PUT" || is_port_proxy_path(ex->req.path);
       return MHD_YES;
     }
     auto* ex = static_cast<Exchange*>(*state);
@@ -291,6 +292,13 @@ struct HttpServer::Impl {
           return MHD_YES;
         },
         &ex.req.query);
+    using Pairs = std::vector<std::pair<std::string, std::string>>;
+    auto add_pair = [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
+      static_cast<Pairs*>(cls)->emplace_back(k, v ? v : "");
+      return MHD_YES;
+    };
+    m->MHD_get_connection_values(c, MHD_HEADER_KIND, add_pair, &ex.req.headers);
+    m->MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, add_pair, &ex.req.args);
     if (const char* a = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept")) ex.req.accept = a;
     if (const char* t = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")) ex.req.content_type = t;
     if (auto* info = m->MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD)) ex.req.client_fd = info->connect_fd;

@@ -130,6 +130,33 @@ TEST_CASE("relay: a slow client's commands are paused once and resumed once") {
   CHECK(decode_one(r[0]).json().at("signal") == SIGCONT);
 }
 
+TEST_CASE("relay: a TCP connection lives until both ends (or an error), pauses, and is aborted with its client") {
+  RelayMap m;
+  auto a = decode_one(*m.from_client(4, frame(proto::Type::connect, 1, R"({"port": 80})"))).channel;
+  REQUIRE(m.from_guest(frame(proto::Type::ok, a)));
+  REQUIRE(m.from_client(4, frame(proto::Type::data, 1, "req")));
+  REQUIRE(m.from_client(4, frame(proto::Type::end, 1, "")));
+  REQUIRE(m.from_guest(frame(proto::Type::data, a, "resp")));  // the other direction goes on after the client's end
+  CHECK(m.open_channels() == 1);
+  REQUIRE(m.from_guest(frame(proto::Type::end, a, "")));
+  CHECK(m.open_channels() == 0);
+  // An error from the client ends it too.
+  auto b = decode_one(*m.from_client(4, frame(proto::Type::connect, 2, R"({"port": 80})"))).channel;
+  REQUIRE(m.from_client(4, frame(proto::Type::error, 2)));
+  CHECK(m.open_channels() == 0);
+  CHECK_FALSE(m.from_guest(frame(proto::Type::data, b, "late")));
+  // A slow client's connection is paused like a command; a vanished client's is aborted.
+  auto c = decode_one(*m.from_client(5, frame(proto::Type::connect, 1, R"({"port": 80})"))).channel;
+  auto p = m.pause_client(5, true);
+  REQUIRE(p.size() == 1);
+  CHECK(decode_one(p[0]).channel == c);
+  CHECK(decode_one(p[0]).json().at("signal") == SIGSTOP);
+  auto gone = m.drop_client(5);
+  REQUIRE(gone.size() == 1);
+  CHECK(decode_one(gone[0]).type == proto::Type::error);
+  CHECK(decode_one(gone[0]).channel == c);
+}
+
 TEST_CASE("qemu: the microvm command line under TCG and under KVM") {
   auto q = sbx::microvm::make_qemu("/usr/bin/qemu-system-x86_64");
   CHECK(q->relayed());
