@@ -373,6 +373,15 @@ void Feeder::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Feeder::finish() {
+  {
+    std::lock_guard lock(mu_);
+    if (!eof_) stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
 void Feeder::loop() {
   sigset_t set;  // a reader gone is EPIPE here, never the process's SIGPIPE
   sigemptyset(&set);
@@ -429,9 +438,9 @@ void relay(Connection& c, int fd) {
     if (j.is_object() && j.value("eof", false)) feeder.eof();
     return true;
   });
+  feeder.finish();
   ::shutdown(fd, SHUT_RDWR);  // the reader's read ends
   reader.join();
-  feeder.stop();
 }
 
 std::string accept_key(std::string_view client_key) {

@@ -111,6 +111,9 @@ class Feeder {
   void eof();
   /// Drops what is still queued and joins the thread (the fd's reader must be gone or reading).
   void stop();
+  /// Once the connection ended: when eof() came first (the peer finished cleanly and
+  /// its close may overtake the last bytes here), writes what is queued; else stop().
+  void finish();
 
  private:
   void loop();
