@@ -37,6 +37,7 @@ class RelayMap {
     uint32_t channel;   // the client's own id
     proto::Type kind;   // the request that opened it
     bool paused = false;
+    bool background = false;  // a background exec: the channel ends at `started`
   };
   uint32_t allocate();
   bool final_frame(const Route& r, proto::Type t) const;
