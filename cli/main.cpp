@@ -24,6 +24,10 @@ int main(int argc, char** argv) {
   register_serve(app, globals, outcome);
   register_pool(app, globals, outcome);
   register_image(app, globals, outcome);
+  register_ps(app, globals, outcome);
+  register_logs(app, globals, outcome);
+  register_attach(app, globals, outcome);
+  register_kill(app, globals, outcome);
   std::vector<std::string> args;
   try {
     args = split_exec_command(app, std::vector<std::string>(argv + 1, argv + argc));
