@@ -128,9 +128,12 @@ void kill_descendants(pid_t root) { kill_all(root, true); }
 void signal_command(pid_t shim, int term_fd, int sig) {
   if (sig == SIGKILL) return kill_tree(shim);
   ::kill(-shim, sig);
-  // A job-control shell moves its jobs into groups of their own.
-  pid_t fg = term_fd >= 0 ? ::tcgetpgrp(term_fd) : -1;
-  if (fg > 1 && fg != shim) ::kill(-fg, sig);
+  if (term_fd < 0) return;
+  // A job-control shell moves its jobs into groups of their own. Where the
+  // master cannot tell the foreground group (gVisor), the whole tree hears it.
+  pid_t fg = ::tcgetpgrp(term_fd);
+  if (fg < 0) signal_tree(shim, sig);
+  else if (fg > 1 && fg != shim) ::kill(-fg, sig);
 }
 
 void signal_tree(pid_t root, int sig) {

@@ -66,7 +66,8 @@ def test_a_leftover_in_a_session_of_its_own_ends_too(sbx, sandbox, driver, reque
     if driver == "runsc":
         request.applymarker(pytest.mark.xfail(strict=True, reason="gVisor 20221219 has no child subreapers: an orphan "
                                               "in a new session is re-parented to the agent, out of the shim's sight"))
-    sbx.sh(sandbox, "setsid sleep 303 & echo started").ok()
+    # The pause lets setsid run before sh ends (else the scan finds it still in the session).
+    sbx.sh(sandbox, "setsid sleep 303 & sleep 0.5; echo started").ok()
     assert _comms(sbx, sandbox, "sleep") == []
 
 
@@ -79,6 +80,10 @@ def test_a_fork_bomb_is_gone_when_its_exec_returns(sbx, make_sandbox, driver):
     assert not failed, f"{len(failed)} of 6 execs failed after the bomb's exec returned: {failed[0]!r}"
 
 
+@pytest.mark.xfail_drivers(
+    runsc="on runsc --pids caps gVisor's own host tasks too (its sentry's threads, a stub per address space): "
+          "a bomb that holds the cap starves the sentry and the whole sandbox dies (backends/runsc kRuntimeTasks)",
+    remote="manager side lands with helper ws")
 def test_a_background_fork_bomb_stays_controllable(sbx, make_sandbox, driver):
     sid = make_sandbox("--pids", PIDS_CAP, driver=driver)
     pid = _start(sbx, sid, *STUBBORN_BOMB)
