@@ -7,7 +7,18 @@ namespace sbx::agent {
 namespace {
 bool opens_request(proto::Type t) {
   return t == proto::Type::exec || t == proto::Type::file_read || t == proto::Type::file_write ||
-         t == proto::Type::list || t == proto::Type::ping || t == proto::Type::connect;
+         t == proto::Type::list || t == proto::Type::ping || t == proto::Type::proc_list ||
+         t == proto::Type::proc_attach || t == proto::Type::proc_signal || t == proto::Type::connect;
+}
+
+// A background exec's channel ends at `started`; its process is not the client's to end.
+bool is_background(const proto::Frame& f) {
+  if (f.type != proto::Type::exec) return false;
+  try {
+    return f.json().value("background", false);
+  } catch (const std::exception&) {
+    return false;  // the agent answers the garbage itself
+  }
 }
 
 std::string signal_frame(uint32_t channel, int sig) {
@@ -26,9 +37,13 @@ uint32_t RelayMap::allocate() {
 bool RelayMap::final_frame(const Route& r, proto::Type t) const {
   if (t == proto::Type::error || t == proto::Type::exit) return true;
   switch (r.kind) {
+    case proto::Type::exec: return r.background && t == proto::Type::started;
     case proto::Type::file_read:
+    case proto::Type::proc_attach:
     case proto::Type::list: return t == proto::Type::end;
     case proto::Type::ping:
+    case proto::Type::proc_list:
+    case proto::Type::proc_signal:
     case proto::Type::file_write: return t == proto::Type::ok;
     default: return false;
   }
@@ -53,7 +68,7 @@ std::optional<std::string> RelayMap::from_client(int client, const proto::Frame&
     }
   } else if (opens_request(f.type)) {
     guest = allocate();
-    routes_[guest] = Route{client, f.channel, f.type};
+    routes_[guest] = Route{client, f.channel, f.type, false, is_background(f)};
     by_client_[key] = guest;
   } else {
     return std::nullopt;  // stdin, signal or data for a request that already ended
@@ -80,9 +95,11 @@ std::vector<std::string> RelayMap::drop_client(int client) {
       ++it;
       continue;
     }
-    // What the agent does for a client that vanished: end its commands. A
-    // paused command is killed all the same (SIGKILL needs no SIGCONT).
-    if (it->second.kind == proto::Type::exec) out.push_back(signal_frame(it->first, SIGKILL));
+    // What the agent does for a client that vanished: end its commands (a
+    // paused one is killed all the same: SIGKILL needs no SIGCONT) and detach
+    // its attachers, whose background processes go on.
+    if (it->second.kind == proto::Type::exec && !it->second.background) out.push_back(signal_frame(it->first, SIGKILL));
+    if (it->second.kind == proto::Type::proc_attach) out.push_back(proto::encode(proto::Type::end, it->first));
     // Its TCP connections close (an error from the host aborts one).
     if (it->second.kind == proto::Type::connect)
       out.push_back(proto::encode_error(it->first, "unavailable", 0, "the host went away"));
@@ -96,7 +113,7 @@ std::vector<std::string> RelayMap::pause_client(int client, bool pause) {
   std::vector<std::string> out;
   for (auto& [guest, r] : routes_) {
     // A TCP connection pauses too: the agent stops reading its socket on SIGSTOP (agent/tcp_relay.hpp).
-    bool pausable = r.kind == proto::Type::exec || r.kind == proto::Type::connect;
+    bool pausable = (r.kind == proto::Type::exec && !r.background) || r.kind == proto::Type::connect;
     if (r.client != client || !pausable || r.paused == pause) continue;
     r.paused = pause;
     out.push_back(signal_frame(guest, pause ? SIGSTOP : SIGCONT));

@@ -37,6 +37,7 @@ class RelayMap {
     uint32_t channel;   // the client's own id
     proto::Type kind;   // the request that opened it
     bool paused = false;
+    bool background = false;  // a background exec: the channel ends at `started`
     bool client_ended = false, guest_ended = false;  // a connect's half-closes
   };
   uint32_t allocate();

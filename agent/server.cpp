@@ -16,8 +16,11 @@
 #include <memory>
 
 #include "agent/files.hpp"
+#include "agent/procs.hpp"
+#include "agent/pty.hpp"
 #include "agent/spawn.hpp"
 #include "agent/tcp_relay.hpp"
+#include "agent/tree.hpp"
 #include "core/error.hpp"
 #include "core/protocol.hpp"
 
@@ -61,6 +64,7 @@ struct Exec {
   int64_t deadline_ms;  // 0 = none
   bool timed_out = false;
   uint64_t oom_kills_at_start = 0;
+  Fd term{};  // a tty exec's terminal (the master), for resizes and signals
 };
 
 // The kernel's count of OOM kills (/proc/vmstat oom_kill); 0 if unreadable.
@@ -78,7 +82,12 @@ uint64_t oom_kill_count() {
 class Server {
  public:
   explicit Server(const ServerOptions& o)
-      : opts_(o), tcp_({[this](int fd, const std::string& b) { send(fd, b); },
+      : opts_(o), procs_(Outlet{[this](int fd, const std::string& frame) { send(fd, frame); },
+                                [this](int fd) {
+                                  auto it = conns_.find(fd);
+                                  return it != conns_.end() && it->second->congested();
+                                }}),
+        tcp_({[this](int fd, const std::string& b) { send(fd, b); },
                         [this](int fd) {
                           auto it = conns_.find(fd);
                           return it == conns_.end() || it->second->congested();
@@ -91,6 +100,9 @@ class Server {
   void read_conn(Conn& c);
   void handle(Conn& c, proto::Frame& f);
   void start_exec(Conn& c, uint32_t ch, const json& req);
+  void ping(int conn_fd, uint32_t ch);
+  void channel_input(int conn_fd, const proto::Frame& f);
+  void exec_input(Exec& e, const proto::Frame& f);
   void pump(Exec& e, int fd, proto::Type type, bool drain = false);
   void flush_stdin(Exec& e);
   void reap();
@@ -106,6 +118,7 @@ class Server {
   Fd sigfd_;
   std::map<int, std::unique_ptr<Conn>> conns_;
   std::map<pid_t, Exec> execs_;
+  ProcTable procs_;
   TcpRelay tcp_;
   int64_t started_ = mono_ms();
   bool stop_ = false;
@@ -200,36 +213,13 @@ void Server::handle(Conn& c, proto::Frame& f) {
       case proto::Type::exec: start_exec(c, f.channel, f.json()); break;
       case proto::Type::connect: tcp_.open(fd, f.channel, f.json()); break;
       case proto::Type::stdin_data:
-        if (auto* e = exec_on(fd, f.channel)) {
-          e->stdin_buf += f.payload;
-          flush_stdin(*e);
-        }
-        break;
       case proto::Type::stdin_eof:
-        if (auto* e = exec_on(fd, f.channel)) {
-          e->stdin_eof = true;
-          flush_stdin(*e);
-        }
-        break;
       case proto::Type::signal:
-        if (auto* e = exec_on(fd, f.channel)) {
-          int sig = f.json().value("signal", SIGTERM);
-          if (sig == SIGKILL) kill_tree(e->pid);
-          else {
-            // The host's user wants out: the command hears the signal (its
-            // status stays 128+N) and nothing it started outlives it.
-            if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) end_tree_with_command(e->pid);
-            ::kill(-e->pid, sig);
-          }
-        }
-        break;
-      case proto::Type::ping:
-        send(fd, proto::encode_json(proto::Type::ok, f.channel,
-                                    {{"version", proto::kVersion},
-                                     {"running", execs_.size()},
-                                     {"uptime_ms", mono_ms() - started_},
-                                     {"pid", ::getpid()}}));
-        break;
+      case proto::Type::resize: channel_input(fd, f); break;
+      case proto::Type::proc_list:
+      case proto::Type::proc_attach:
+      case proto::Type::proc_signal: procs_.request(fd, f); break;
+      case proto::Type::ping: ping(fd, f.channel); break;
       case proto::Type::file_read:
         c.reads[f.channel] = open_file_request(root_.get(), f.channel, f.json(), [&](const std::string& b) { send(fd, b); });
         feed_reads(c);
@@ -256,6 +246,7 @@ void Server::handle(Conn& c, proto::Frame& f) {
         break;
       }
       case proto::Type::end: {
+        if (procs_.input(fd, f)) break;  // an attacher detaches
         auto it = c.uploads.find(f.channel);
         if (it == c.uploads.end()) break;
         Upload up = std::move(it->second);
@@ -276,6 +267,47 @@ void Server::handle(Conn& c, proto::Frame& f) {
   }
 }
 
+void Server::ping(int conn_fd, uint32_t ch) {
+  // Background processes count: idle gc must not take a sandbox that works,
+  // and its idleness starts when the last of them ended.
+  json body = {{"version", proto::kVersion},
+               {"running", execs_.size() + procs_.running()},
+               {"uptime_ms", mono_ms() - started_},
+               {"pid", ::getpid()}};
+  if (int64_t quiet = procs_.quiet_ms(); quiet >= 0) body["quiet_ms"] = quiet;
+  send(conn_fd, proto::encode_json(proto::Type::ok, ch, body));
+}
+
+void Server::channel_input(int conn_fd, const proto::Frame& f) {
+  if (auto* e = exec_on(conn_fd, f.channel)) exec_input(*e, f);
+  else procs_.input(conn_fd, f);  // an attach's, or for a command that already ended
+}
+
+void Server::exec_input(Exec& e, const proto::Frame& f) {
+  switch (f.type) {
+    case proto::Type::stdin_data:
+      e.stdin_buf += f.payload;
+      flush_stdin(e);
+      break;
+    case proto::Type::stdin_eof:
+      // On a terminal the user's Ctrl-D is a byte; closing it would hang up the session.
+      if (!e.term) {
+        e.stdin_eof = true;
+        flush_stdin(e);
+      }
+      break;
+    case proto::Type::resize: {
+      json size = f.json();
+      if (e.term) set_window_size(e.term.get(), size.value("rows", uint16_t{0}), size.value("cols", uint16_t{0}));
+      break;
+    }
+    default:
+      // The command hears the signal (its status stays 128+N); what it
+      // started ends with it, as the shim sees to.
+      signal_command(e.pid, e.term.get(), f.json().value("signal", SIGTERM));
+  }
+}
+
 void Server::start_exec(Conn& c, uint32_t ch, const json& req) {
   if (exec_on(c.fd.get(), ch)) throw Error(Errc::conflict, "channel already has a command");
   SpawnRequest sr;
@@ -284,7 +316,14 @@ void Server::start_exec(Conn& c, uint32_t ch, const json& req) {
   sr.cwd = req.value("cwd", "");
   sr.stdin_open = req.value("stdin", false);
   sr.confine = opts_.confine;
+  sr.tty = req.value("tty", false);
+  sr.rows = req.value("rows", uint16_t{0});
+  sr.cols = req.value("cols", uint16_t{0});
   uint64_t timeout_ms = req.value("timeout_ms", uint64_t{0});
+  if (req.value("background", false)) {
+    if (timeout_ms) throw Error(Errc::invalid_argument, "a background process takes no timeout");
+    return procs_.start(c.fd.get(), ch, sr);
+  }
   int64_t start = mono_ms();
   SpawnFailure failure{};
   Spawned s = spawn(sr, failure);
@@ -299,6 +338,7 @@ void Server::start_exec(Conn& c, uint32_t ch, const json& req) {
   }
   Exec e{c.fd.get(), ch, s.pid, std::move(s.out), std::move(s.err), std::move(s.in), {}, false, start,
          timeout_ms ? start + static_cast<int64_t>(timeout_ms) : 0};
+  e.term = std::move(s.term);
   if (opts_.report_oom) e.oom_kills_at_start = oom_kill_count();
   send(c.fd.get(), proto::encode_json(proto::Type::started, ch, {{"pid", s.pid}}));
   execs_.emplace(s.pid, std::move(e));
@@ -362,18 +402,14 @@ void Server::finish(Exec& e, int status) {
   // Whatever the command wrote before it exited is already in the pipes: drain it.
   if (e.out) pump(e, e.out.get(), proto::Type::stdout_data, true);
   if (e.err) pump(e, e.err.get(), proto::Type::stderr_data, true);
-  int code = 0, sig = 0;
-  if (WIFEXITED(status)) code = WEXITSTATUS(status);
-  else if (WIFSIGNALED(status)) {
-    sig = WTERMSIG(status);
-    code = 128 + sig;
-  }
-  json result = {{"exit_code", code}, {"signal", sig}, {"timed_out", e.timed_out}, {"duration_ms", mono_ms() - e.start_ms}};
-  if (opts_.report_oom && sig == SIGKILL && !e.timed_out && oom_kill_count() > e.oom_kills_at_start)
+  json result = exit_status_json(status);
+  result["timed_out"] = e.timed_out;
+  result["duration_ms"] = mono_ms() - e.start_ms;
+  if (opts_.report_oom && result["signal"] == SIGKILL && !e.timed_out && oom_kill_count() > e.oom_kills_at_start)
     result["oom_killed"] = true;
   send(e.conn_fd, proto::encode_json(proto::Type::exit, e.channel, result));
-  // Leftover background processes of a finished command keep running, as with
-  // docker exec; a timed-out command's tree was killed already.
+  // What the command left running died with it in its shim (spawn.hpp); use
+  // a background exec to keep a process.
 }
 
 void Server::reap() {
@@ -386,7 +422,10 @@ void Server::reap() {
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;
     auto it = execs_.find(pid);
-    if (it == execs_.end()) continue;  // an orphan reparented to us: reaped, nothing to report
+    if (it == execs_.end()) {
+      procs_.reaped(pid, status);  // a background process, or an orphan re-parented to us: reaped
+      continue;
+    }
     finish(it->second, status);
     execs_.erase(it);
   }
@@ -399,6 +438,7 @@ void Server::drop_conn(int fd) {
     kill_tree(pid);
     e.conn_fd = -1;
   }
+  procs_.drop_conn(fd);  // background processes outlive their host
   tcp_.drop_conn(fd);
   conns_.erase(fd);
 }
@@ -418,8 +458,10 @@ int Server::run() {
   for (int fd : opts_.stream_fds) add_conn(fd);
 
   std::vector<pollfd> pfds;
-  // What each pollfd is for: 0 signal, 1 listen, 2 conn, 3 stdout, 4 stderr, 5 stdin, 6 a TCP connection.
+  // What each pollfd is for: 0 signal, 1 listen, 2 conn, 3 stdout, 4 stderr, 5 stdin,
+  // 6 a background process's (the index into watches), 7 a TCP connection.
   std::vector<std::pair<int, pid_t>> what;
+  std::vector<ProcTable::Watch> watches;
   while (!stop_) {
     pfds.clear();
     what.clear();
@@ -437,7 +479,7 @@ int Server::run() {
       what.emplace_back(2, 0);
     }
     tcp_.add_polls(pfds);
-    what.resize(pfds.size(), {6, 0});
+    what.resize(pfds.size(), {7, 0});
     int64_t now = mono_ms(), next_deadline = -1;
     for (auto& [pid, e] : execs_) {
       // A command whose host is not reading waits on its own full pipe.
@@ -455,6 +497,9 @@ int Server::run() {
         }
       }
     }
+    watches = procs_.watches();
+    for (size_t i = 0; i < watches.size(); ++i)
+      pfds.push_back({watches[i].fd, watches[i].events, 0}), what.emplace_back(6, static_cast<pid_t>(i));
     int timeout = next_deadline < 0 ? -1 : static_cast<int>(next_deadline - now);
     int n = ::poll(pfds.data(), pfds.size(), timeout);
     if (n < 0) {
@@ -473,6 +518,8 @@ int Server::run() {
         if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_conn(*it->second);
         if (!it->second->reads.empty()) feed_reads(*it->second);
       } else if (kind == 6) {
+        procs_.ready(watches[static_cast<size_t>(pid)]);
+      } else if (kind == 7) {
         tcp_.ready(pfds[i].fd, pfds[i].revents);
       } else {
         auto it = execs_.find(pid);
@@ -490,6 +537,8 @@ int Server::run() {
     if (opts_.exit_when_streams_close && opts_.listen_fd < 0 && conns_.empty()) break;
   }
   for (auto& [pid, e] : execs_) kill_tree(pid);
+  // The agent stops (or, on a serial port, its one host left): the sandbox goes with it.
+  procs_.kill_all();
   return 0;
 }
 

@@ -1,9 +1,9 @@
 #include "agent/spawn.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <linux/close_range.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,24 +11,17 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <set>
 
 #include "agent/confine.hpp"
+#include "agent/pty.hpp"
+#include "agent/tree.hpp"
 #include "core/error.hpp"
 
 namespace sbx::agent {
 
 namespace {
 
-enum Stage : int { kChdir = 1, kConfine = 2, kExec = 4, kSetup = 5 };
-
-// The shim's own signal for end_tree_with_command: never sent to the group,
-// so the command does not see it.
-constexpr int kEndTreeSignal = SIGUSR1;
-volatile sig_atomic_t g_end_tree = 0;
-extern "C" void note_end_tree(int) { g_end_tree = 1; }
-
-void kill_descendants(pid_t root);
+enum Stage : int { kChdir = 1, kConfine = 2, kExec = 4, kSetup = 5, kStart = 6 };
 
 struct ChildReport {
   int stage;
@@ -54,7 +47,7 @@ void make_pipe(int fds[2]) {
 // in the shim's frame; the child only execs or reports and exits.
 __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* envp, int report_fd) {
   pid_t cmd = ::vfork();
-  if (cmd < 0) child_fail(report_fd, kSetup, errno);
+  if (cmd < 0) child_fail(report_fd, kStart, errno);
   if (cmd == 0) {
     ::execvpe(argv[0], argv, envp);
     child_fail(report_fd, kExec, errno);
@@ -62,23 +55,45 @@ __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* en
   return cmd;
 }
 
+// What the shim's command gets as stdin, stdout and stderr: pipe ends, or a
+// terminal to open once the shim leads its own session.
+struct ShimIO {
+  int in, out, err, report;
+  const char* tty;  ///< the terminal's slave, or nullptr
+};
+
+// The leftover rule: once the command has ended, whatever it started goes too.
+// With a working subreaper every living descendant is below the shim, so no
+// child left means nothing left, and the /proc scan is skipped.
+void end_leftovers(bool subreaper) {
+  siginfo_t si{};
+  if (subreaper && ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD) return;
+  kill_descendants(::getpid());
+  int ignored;
+  while (::waitpid(-1, &ignored, 0) > 0 || errno == EINTR) {
+  }
+}
+
 // The exec's shim, from fork on: the session leader and a child subreaper, so
 // whatever the command starts stays below it even after a double fork and
 // setsid, and killing the shim's tree kills all of it (a timeout must not leave
 // a daemon behind). It mirrors the command's end as its own.
-[[noreturn]] void run_shim(const SpawnRequest& req, char* const* argv, char* const* envp, int in_fd, int out_fd,
-                           int err_fd, int report_fd) {
+[[noreturn]] void run_shim(const SpawnRequest& req, char* const* argv, char* const* envp, ShimIO io) {
+  int report_fd = io.report;
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
-  // Before anything can see the shim: the host may ask at once. The command
-  // starts with the default again (exec resets handled signals).
-  struct sigaction end_tree {};
-  end_tree.sa_handler = note_end_tree;
-  ::sigaction(kEndTreeSignal, &end_tree, nullptr);
   if (::setsid() < 0) child_fail(report_fd, kSetup, errno);
-  if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) child_fail(report_fd, kSetup, errno);
+  if (io.tty) {
+    // Opened by the new session's leader without O_NOCTTY, the terminal becomes
+    // its controlling one; TIOCSCTTY says so outright for kernels that wait to be asked.
+    int t = ::open(io.tty, O_RDWR);
+    if (t < 0) child_fail(report_fd, kSetup, errno);
+    ::ioctl(t, TIOCSCTTY, 0);
+    io.in = io.out = io.err = t;
+  }
+  if (::dup2(io.in, 0) < 0 || ::dup2(io.out, 1) < 0 || ::dup2(io.err, 2) < 0) child_fail(report_fd, kSetup, errno);
   // Whatever else the agent holds (its sockets, other commands' pipes, the
   // write end of this command's stdin) stays with the agent: the shim never
   // execs, so close-on-exec flags would not help. Only the report pipe moves to 3.
@@ -95,9 +110,11 @@ __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* en
     if (e) child_fail(report_fd, kConfine, e);
   }
   // gVisor (runsc 20221219) has no child subreapers (EINVAL): orphans of the
-  // command then go to the agent, the container's init, which reaps them; only
-  // kill_tree's reach over re-parented daemons is lost there.
-  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 && errno != EINVAL) child_fail(report_fd, kSetup, errno);
+  // command then go to the agent, the container's init, which reaps them; the
+  // leftover scan still finds them by session and process group, but a
+  // re-parented daemon in a session of its own escapes it there.
+  bool subreaper = ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+  if (!subreaper && errno != EINVAL) child_fail(report_fd, kSetup, errno);
   pid_t cmd = start_command(argv, envp, report_fd);
   // The shim keeps no end of the command's pipes or the report pipe, so EOF
   // on them means what it says. Signals to the process group are the
@@ -105,7 +122,7 @@ __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* en
   ::close(report_fd);
   for (int fd = 0; fd <= 2; ++fd) ::close(fd);
   for (int sig = 1; sig < NSIG; ++sig)
-    if (sig != SIGCHLD && sig != SIGKILL && sig != SIGSTOP && sig != kEndTreeSignal) ::signal(sig, SIG_IGN);
+    if (sig != SIGCHLD && sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_IGN);
   int status = 0;
   for (;;) {
     pid_t done = ::waitpid(-1, &status, 0);
@@ -113,15 +130,7 @@ __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* en
     if (done < 0 && errno != EINTR) ::_exit(125);
     // Anything else is an orphan of the command, adopted by the shim: reaped.
   }
-  if (g_end_tree) {
-    // The host asked the command to go: what it left behind (a `sleep &` that
-    // ignores SIGINT, a daemon) goes with it. Still the subreaper, the shim
-    // sees all of it, then reaps it before mirroring the command's status.
-    kill_descendants(::getpid());
-    int ignored;
-    while (::waitpid(-1, &ignored, 0) > 0 || errno == EINTR) {
-    }
-  }
+  end_leftovers(subreaper);
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
     ::signal(sig, SIG_DFL);
@@ -130,6 +139,50 @@ __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* en
     ::_exit(128 + sig);
   }
   ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 125);
+}
+
+// The command's stdin, stdout and stderr: the agent's ends in `s`, the
+// child's in `child`.
+void make_stdio(const SpawnRequest& req, Pty& pty, Spawned& s, ShimIO& child) {
+  if (req.tty) {
+    pty = open_pty(req.rows, req.cols);
+    int rd = ::fcntl(pty.master.get(), F_DUPFD_CLOEXEC, 0), wr = ::fcntl(pty.master.get(), F_DUPFD_CLOEXEC, 0);
+    s.out.reset(rd);
+    s.in.reset(wr);
+    if (rd < 0 || wr < 0) throw sys_error("dup", errno);
+    child.tty = pty.slave_path.c_str();
+    return;
+  }
+  int out[2], err[2], in[2];
+  make_pipe(out);
+  s.out.reset(out[0]);
+  child.out = out[1];
+  make_pipe(err);
+  s.err.reset(err[0]);
+  child.err = err[1];
+  if (req.stdin_open) {
+    make_pipe(in);
+    s.in.reset(in[1]);
+    child.in = in[0];
+  } else {
+    child.in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (child.in < 0) child.in = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // no /dev/null: read fails at once
+  }
+}
+
+SpawnFailure describe(const SpawnRequest& req, const ChildReport& r) {
+  const std::string& cmd = req.argv[0];
+  switch (r.stage) {
+    case kExec:
+      if (r.err == ENOENT) return {127, cmd + ": command not found"};
+      if (r.err == EACCES || r.err == ENOEXEC) return {126, cmd + ": permission denied or not executable"};
+      return {126, cmd + ": cannot execute: " + std::strerror(r.err)};
+    case kChdir: return {125, "cannot enter working directory " + req.cwd + ": " + std::strerror(r.err)};
+    case kStart:
+      return {125, std::string("cannot start the command: ") + std::strerror(r.err) +
+                       (r.err == EAGAIN ? " (the sandbox's process limit is reached; see `sbx ps` and `sbx kill`)" : "")};
+    default: return {125, std::string("cannot confine the command: ") + std::strerror(r.err)};
+  }
 }
 
 }  // namespace
@@ -148,38 +201,37 @@ Spawned spawn(const SpawnRequest& req, SpawnFailure& failure) {
   auto path_it = req.env.find("PATH");
   std::string path = path_it != req.env.end() ? path_it->second : "/usr/local/bin:/usr/bin:/bin";
 
-  int out[2], err[2], in[2], report[2];
-  make_pipe(out);
-  make_pipe(err);
-  if (req.stdin_open) {
-    make_pipe(in);
-  } else {
-    in[0] = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    in[1] = -1;
-    if (in[0] < 0) in[0] = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // no /dev/null: read fails at once
+  Spawned s;
+  Pty pty;
+  ShimIO child{-1, -1, -1, -1, nullptr};
+  // The child's ends are the agent's to close once the child holds them.
+  auto close_child_ends = [&] {
+    for (int fd : {child.in, child.out, child.err, child.report})
+      if (fd >= 0) ::close(fd);
+  };
+  int report[2];
+  try {
+    make_stdio(req, pty, s, child);
+    make_pipe(report);
+  } catch (...) {
+    close_child_ends();
+    throw;
   }
-  make_pipe(report);
+  child.report = report[1];
   ::setenv("PATH", path.c_str(), 1);
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
-    for (int fd : {out[0], out[1], err[0], err[1], in[0], in[1], report[0], report[1]})
-      if (fd >= 0) ::close(fd);
+    close_child_ends();
+    ::close(report[0]);
     throw sys_error("cannot fork", e);
   }
   if (pid == 0) {
     ::close(report[0]);
-    run_shim(req, argv.data(), envp.data(), in[0], out[1], err[1], report[1]);
+    run_shim(req, argv.data(), envp.data(), child);
   }
-  ::close(out[1]);
-  ::close(err[1]);
-  ::close(in[0]);
-  ::close(report[1]);
-  Spawned s;
+  close_child_ends();
   s.pid = pid;
-  s.out.reset(out[0]);
-  s.err.reset(err[0]);
-  s.in.reset(in[1]);
   ChildReport r{};
   ssize_t n;
   do n = ::read(report[0], &r, sizeof r);
@@ -189,94 +241,14 @@ Spawned spawn(const SpawnRequest& req, SpawnFailure& failure) {
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    const std::string& cmd = req.argv[0];
-    switch (r.stage) {
-      case kExec:
-        if (r.err == ENOENT) failure = {127, cmd + ": command not found"};
-        else if (r.err == EACCES || r.err == ENOEXEC) failure = {126, cmd + ": permission denied or not executable"};
-        else failure = {126, cmd + ": cannot execute: " + std::strerror(r.err)};
-        break;
-      case kChdir:
-        failure = {125, "cannot enter working directory " + req.cwd + ": " + std::strerror(r.err)};
-        break;
-      default:
-        failure = {125, std::string("cannot confine the command: ") + std::strerror(r.err)};
-    }
+    failure = describe(req, r);
     s.pid = -1;
     return s;
   }
   for (int fd : {s.out.get(), s.err.get(), s.in.get()})
     if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  s.term = std::move(pty.master);
   return s;
 }
-
-namespace {
-struct ProcInfo {
-  pid_t ppid, pgrp, session;
-};
-
-bool read_stat(pid_t pid, ProcInfo& info) {
-  char path[64], buf[512];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return false;
-  buf[n] = 0;
-  // The command name may hold spaces and parentheses: parse after the last ')'.
-  char* p = std::strrchr(buf, ')');
-  if (!p) return false;
-  char state;
-  return std::sscanf(p + 1, " %c %d %d %d", &state, &info.ppid, &info.pgrp, &info.session) == 4;
-}
-
-// One pass: SIGKILLs what lies below root (by parent links, or in its process
-// group or session), read from /proc; root itself is spared.
-void kill_below(pid_t root) {
-  std::map<pid_t, ProcInfo> procs;
-  if (DIR* d = ::opendir("/proc")) {
-    while (auto* e = ::readdir(d)) {
-      char* end;
-      long pid = std::strtol(e->d_name, &end, 10);
-      if (*end || pid <= 1) continue;
-      ProcInfo info{};
-      if (read_stat(static_cast<pid_t>(pid), info)) procs[static_cast<pid_t>(pid)] = info;
-    }
-    ::closedir(d);
-  }
-  std::set<pid_t> doomed{root};
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (auto& [pid, info] : procs) {
-      if (doomed.count(pid)) continue;
-      if (doomed.count(info.ppid) || info.session == root || info.pgrp == root) {
-        doomed.insert(pid);
-        grew = true;
-      }
-    }
-  }
-  for (pid_t pid : doomed)
-    if (pid != root) ::kill(pid, SIGKILL);
-}
-
-// Twice, to catch forks in flight.
-void kill_descendants(pid_t root) {
-  for (int round = 0; round < 2; ++round) kill_below(root);
-}
-
-}  // namespace
-
-void kill_tree(pid_t root) {
-  // Collect first, kill after: killing the shim first would hand its adopted
-  // orphans to init before the scan could see them as its descendants.
-  for (int round = 0; round < 2; ++round) {
-    kill_below(root);
-    ::kill(-root, SIGKILL);
-    ::kill(root, SIGKILL);
-  }
-}
-
-void end_tree_with_command(pid_t shim) { ::kill(shim, kEndTreeSignal); }
 
 }  // namespace sbx::agent

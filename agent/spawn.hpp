@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,13 +16,18 @@ struct SpawnRequest {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
   std::string cwd;
-  bool stdin_open = false;  ///< a pipe for stdin; otherwise /dev/null
+  bool stdin_open = false;  ///< a pipe for stdin; otherwise /dev/null (no effect with tty)
   bool confine = true;      ///< drop capabilities and load the seccomp filter
+  bool tty = false;         ///< on a new terminal: its controlling tty, stdin, stdout and stderr
+  uint16_t rows = 0, cols = 0;  ///< the terminal's size (0: 24 x 80)
 };
 
 struct Spawned {
   pid_t pid = -1;
-  Fd out, err, in;  ///< non-blocking pipe ends held by the agent
+  /// Non-blocking ends held by the agent: pipes, or with tty all three are the
+  /// terminal's master (err empty: a terminal has one output).
+  Fd out, err, in;
+  Fd term;  ///< tty: the master again, for window sizes
 };
 
 /// Why a spawn failed before the command ran (exec or chdir failure).
@@ -31,17 +37,10 @@ struct SpawnFailure {
 };
 
 /// Forks and execs; on failure before exec returns the failure instead of a process.
-/// The child is a session leader, so its pid is also its process group.
+/// The child is a session leader, so its pid is also its process group. When
+/// the command ends, whatever it left running is killed (agent/tree.hpp)
+/// before the child mirrors the command's status: a foreground exec's
+/// leftovers end with it, as a timeout's do.
 Spawned spawn(const SpawnRequest& req, SpawnFailure& failure);
-
-/// SIGKILLs pid, its process group and session, and every descendant still
-/// traceable through parent links (read from /proc), twice to catch forks in flight.
-void kill_tree(pid_t pid);
-
-/// Tells an exec's shim that the host wants the command gone (Ctrl-C, SIGTERM,
-/// SIGHUP): once the command ends, the shim kills whatever it left running, as
-/// a timeout would, before it reports the command's own status. Sent to the
-/// shim alone, before the host's signal goes to the command's group.
-void end_tree_with_command(pid_t shim);
 
 }  // namespace sbx::agent

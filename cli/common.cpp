@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 #include "backends/drivers.hpp"
@@ -280,5 +281,17 @@ int print_gc_report(const std::vector<PlacedGcAction>& actions, bool dry_run, bo
 void warn(const std::string& message) { std::fprintf(stderr, "sbx: warning: %s\n", message.c_str()); }
 
 bool is_tty(int fd) { return ::isatty(fd) == 1; }
+
+int parse_pid(const std::string& text) {
+  size_t used = 0;
+  long pid = 0;
+  try {
+    pid = std::stol(text, &used);
+  } catch (...) {
+  }
+  if (used != text.size() || pid <= 0 || pid > INT32_MAX)
+    throw Error(Errc::usage, "'" + text + "' is not a process id").set_hint("`sbx ps ID` lists the background processes and their pids");
+  return static_cast<int>(pid);
+}
 
 }  // namespace sbx::cli

@@ -74,6 +74,8 @@ int print_gc_report(const std::vector<PlacedGcAction>& actions, bool dry_run, bo
 void warn(const std::string& message);
 /// Whether fd is a terminal (tables and progress only then).
 bool is_tty(int fd);
+/// A background process's pid as given on the command line (a positive number), or a usage error.
+int parse_pid(const std::string& text);
 
 /// For a CLI11 parse error of args (before they are reversed): an unknown
 /// subcommand or long flag, named, with "did you mean ...?" when one is close.
@@ -94,6 +96,10 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out);
 void register_serve(CLI::App& app, Globals& g, Outcome& out);
 void register_pool(CLI::App& app, Globals& g, Outcome& out);
 void register_image(CLI::App& app, Globals& g, Outcome& out);
+void register_ps(CLI::App& app, Globals& g, Outcome& out);
+void register_logs(CLI::App& app, Globals& g, Outcome& out);
+void register_attach(CLI::App& app, Globals& g, Outcome& out);
+void register_kill(CLI::App& app, Globals& g, Outcome& out);
 void register_port_forward(CLI::App& app, Globals& g, Outcome& out);
 
 }  // namespace sbx::cli

@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 
 #include "cli/common.hpp"
+#include "cli/interactive.hpp"
 #include "core/fsutil.hpp"
 #include "core/units.hpp"
 
@@ -16,6 +19,7 @@ namespace sbx::cli {
 namespace {
 
 int g_signal_pipe = -1;
+volatile sig_atomic_t g_hangups = 0;
 // The command, split off argv before CLI11 sees it (see split_exec_command).
 std::vector<std::string> g_command;
 
@@ -26,18 +30,71 @@ extern "C" void forward_signal(int sig) {
   errno = saved;
 }
 
+// A session on a raw terminal: sbx told to go is the terminal hanging up, so
+// the command hears SIGHUP (an interactive shell ignores SIGTERM); told again,
+// its tree is killed.
+extern "C" void forward_as_hangup(int) {
+  int saved = errno;
+  int sig = g_hangups ? SIGKILL : SIGHUP;
+  g_hangups = 1;
+  ssize_t ignored = ::write(g_signal_pipe, &sig, sizeof sig);
+  (void)ignored;
+  errno = saved;
+}
+
 // Signals sbx receives go to the command's process group instead of killing
-// sbx (which would orphan the command's output).
-Fd install_signal_forwarding() {
+// sbx (which would orphan the command's output). On a raw terminal Ctrl-C and
+// Ctrl-\ are bytes for the command, so a SIGINT or SIGQUIT sent to sbx itself is ignored.
+Fd install_signal_forwarding(bool raw_terminal) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw sys_error("pipe", errno);
   g_signal_pipe = fds[1];
   struct sigaction sa {};
-  sa.sa_handler = forward_signal;
+  sa.sa_handler = raw_terminal ? forward_as_hangup : forward_signal;
   sigemptyset(&sa.sa_mask);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(s, &sa, nullptr);
+  for (int s : {SIGTERM, SIGHUP}) ::sigaction(s, &sa, nullptr);
+  for (int s : {SIGINT, SIGQUIT}) {
+    if (raw_terminal) ::signal(s, SIG_IGN);
+    else ::sigaction(s, &sa, nullptr);
+  }
   ::signal(SIGPIPE, SIG_IGN);
   return Fd(fds[0]);
+}
+
+struct ExecFlags {
+  SpecFlags spec;
+  bool rm = false, interactive = false, tty = false, detach = false;
+  std::vector<std::string> env;
+  std::string workdir, timeout;
+  std::vector<std::string> args;
+};
+
+// The request the flags ask for, and the checks that need no sandbox.
+ExecRequest request_from_flags(const ExecFlags& f) {
+  ExecRequest req;
+  req.argv = g_command;
+  req.env = parse_key_values(f.env, "--env");
+  req.cwd = f.workdir;
+  if (!f.timeout.empty()) req.timeout_ms = with_context("--timeout", [&] { return parse_duration_ms(f.timeout); });
+  req.stdin_open = f.interactive;
+  req.background = f.detach;
+  if (f.detach && f.rm)
+    throw Error(Errc::usage, "--rm and -d do not go together: a one-shot sandbox goes when the call returns")
+        .set_hint("create a sandbox (`sbx create`), then `sbx exec -d ID -- CMD`");
+  if (f.detach && !f.timeout.empty()) throw Error(Errc::usage, "a background process (-d) takes no --timeout");
+  req.tty = f.tty;
+  if (f.tty) {
+    // A background terminal needs no terminal here (`exec -dt` from a script).
+    if (!f.detach && !is_tty(0))
+      throw Error(Errc::usage, "-t needs a terminal on sbx's stdin, and stdin is not one")
+          .set_hint("run it from a terminal, or drop -t (-i alone streams stdin without a terminal)");
+    WindowSize ws = window_size(0);
+    req.rows = ws.rows;
+    req.cols = ws.cols;
+    // The program draws for the host's terminal, so it must know its kind.
+    if (const char* term = std::getenv("TERM"); term && *term && !req.env.count("TERM")) req.env["TERM"] = term;
+  }
+  return req;
 }
 
 int report(const ExecResult& r, const ExecIO& io, const SandboxSpec& spec, uint64_t timeout_ms) {
@@ -106,16 +163,11 @@ std::vector<std::string> split_exec_command(const CLI::App& app, const std::vect
 
 void register_exec(CLI::App& app, Globals& g, Outcome& out) {
   auto* sub = app.add_subcommand("exec", "Run a command in a sandbox");
-  struct State {
-    SpecFlags spec;
-    bool rm = false, interactive = false;
-    std::vector<std::string> env;
-    std::string workdir, timeout;
-    std::vector<std::string> args;
-  };
-  auto st = std::make_shared<State>();
+  auto st = std::make_shared<ExecFlags>();
   sub->add_flag("--rm", st->rm, "one-shot: create a sandbox, run the command, remove the sandbox");
   sub->add_flag("-i,--interactive", st->interactive, "forward stdin to the command");
+  sub->add_flag("-t,--tty", st->tty, "run the command on a terminal (with -i: this terminal in raw mode, as `docker exec -it`)");
+  sub->add_flag("-d,--detach", st->detach, "start it in the background and print its pid (see sbx ps, logs, attach, kill)");
   sub->add_option("-e,--env", st->env, "environment variable KEY=VALUE (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
@@ -127,7 +179,6 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
   sub->footer("Exit status: the command's own; 128+N if killed by signal N; 124 on --timeout;\n"
               "127 if the command was not found; 125 if sbx itself failed.");
   sub->callback([&g, &out, st] {
-    std::vector<std::string> argv = g_command;
     std::string id;
     if (!st->rm) {
       if (st->args.empty()) throw Error(Errc::usage, "no sandbox id given").set_hint("sbx exec ID -- CMD [ARG...]");
@@ -135,26 +186,31 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
     } else if (!st->args.empty()) {
       throw Error(Errc::usage, "--rm takes no sandbox id").set_hint("sbx exec --rm [flags] -- CMD [ARG...]");
     }
-    if (argv.empty())
+    if (g_command.empty())
       throw Error(Errc::usage, "no command given").set_hint(st->rm ? "sbx exec --rm -- CMD [ARG...]" : "sbx exec ID -- CMD [ARG...]");
-    ExecRequest req;
-    req.argv = argv;
-    req.env = parse_key_values(st->env, "--env");
-    req.cwd = st->workdir;
-    if (!st->timeout.empty()) req.timeout_ms = with_context("--timeout", [&] { return parse_duration_ms(st->timeout); });
-    req.stdin_open = st->interactive;
+    ExecRequest req = request_from_flags(*st);
 
     Config cfg = load_config(g, st->spec.driver);
     SandboxSpec spec = spec_from_flags(st->spec);
     std::unique_ptr<Backend> backend = st->rm ? backend_for_new(cfg, spec.driver) : backend_for_existing(cfg, id);
     // Forwarding starts before a one-shot's create: a Ctrl-C while it boots
     // ends the command as soon as it starts, and the sandbox is still removed.
-    Fd sigs = install_signal_forwarding();
+    bool raw = req.tty && req.stdin_open && !req.background;
+    Fd sigs = install_signal_forwarding(raw);
     ExecIO io;
     io.on_stdout = [](std::string_view d) { write_all(1, d); };
     io.on_stderr = [](std::string_view d) { write_all(2, d); };
     io.stdin_fd = st->interactive ? 0 : -1;
     io.signal_fd = sigs.get();
+    if (req.background) {
+      ExecResult r = backend->exec(id, req, io);
+      if (!io.error.empty()) return void(out.status = report(r, io, {}, 0));
+      std::printf("%d\n", r.pid);
+      return;
+    }
+    // The terminal is raw from here until this returns, however it returns.
+    std::optional<TerminalSession> terminal;
+    if (req.tty) terminal.emplace(io, raw, false);
     if (st->rm) {
       OneShotResult r = backend->run_once(spec, req, io);
       out.status = report(r.exec, io, r.spec, req.timeout_ms);

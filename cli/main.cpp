@@ -24,6 +24,10 @@ int main(int argc, char** argv) {
   register_serve(app, globals, outcome);
   register_pool(app, globals, outcome);
   register_image(app, globals, outcome);
+  register_ps(app, globals, outcome);
+  register_logs(app, globals, outcome);
+  register_attach(app, globals, outcome);
+  register_kill(app, globals, outcome);
   register_port_forward(app, globals, outcome);
   std::vector<std::string> args;
   try {

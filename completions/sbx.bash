@@ -72,8 +72,9 @@ _sbx()
             --network | --idle-timeout | --ttl | -e | --env | -l | --label | \
             -w | --workdir | --timeout | --max-size | --filter | --listen | \
             --tls-cert | --tls-key | --log-format | --api-key-file | --allow | \
-            --packages | --suite | --file | --ref)
+            --packages | --suite | --file | --ref | --tail | --signal)
                 ((i++)) ;;
+            -s) [[ $sub == kill ]] && ((i++)) ;;
             -f) [[ $sub == ls ]] && ((i++)) ;;
             -*) ;;
             *) pos+=("$w") && ((npos++)) ;;
@@ -101,6 +102,12 @@ _sbx()
         --driver)
             COMPREPLY=($(compgen -W "$_sbx_drivers" -- "$cur"))
             return ;;
+        -s | --signal)
+            if [[ $sub == kill ]]; then
+                COMPREPLY=($(compgen -W "KILL TERM INT HUP QUIT USR1 USR2 STOP CONT" -- "$cur"))
+                return
+            fi
+            ;;
         --network)
             COMPREPLY=($(compgen -W "$_sbx_networks" -- "$cur"))
             return ;;
@@ -119,7 +126,7 @@ _sbx()
             ;;
         --name | --memory | --disk | --max-size | --pids | --cpus | --idle-timeout | \
         --ttl | --timeout | -e | --env | -l | --label | -w | --workdir | --listen | --allow | \
-        --packages | --suite | --ref)
+        --packages | --suite | --ref | --tail)
             return ;;
         -f | --filter)
             if [[ $sub == ls ]]; then
@@ -146,16 +153,20 @@ _sbx()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$_sbx_global_opts --version" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image start port-forward" -- "$cur"))
+                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image start ps logs attach kill port-forward" -- "$cur"))
             fi
             return ;;
         create) opts=$_sbx_create_opts ;;
         exec)
-            opts="-i --interactive -e --env -w --workdir --timeout"
+            opts="-i --interactive -t --tty -d --detach -e --env -w --workdir --timeout"
             # create flags only for a one-shot sandbox (no ID given yet, or --rm)
-            ((rm_flag || npos == 0)) && opts="-i --interactive --timeout --rm $_sbx_create_opts"
+            ((rm_flag || npos == 0)) && opts="-i --interactive -t --tty -d --detach --timeout --rm $_sbx_create_opts"
             ;;
         cp) opts="--max-size" ;;
+        ps) opts="--json" ;;
+        logs) opts="-f --follow --tail" ;;
+        attach) opts="" ;;
+        kill) opts="-s --signal" ;;
         ls) opts="--json -q --quiet -f --filter" ;;
         rm) opts="-f --force --all" ;;
         start) opts="" ;;
@@ -207,8 +218,8 @@ _sbx()
                 _filedir 2>/dev/null || COMPREPLY=($(compgen -f -- "$cur"))
             fi
             ;;
-        port-forward)
-            # ID, then [LOCAL:]REMOTE (nothing to offer for a port)
+        ps | logs | attach | kill | port-forward)
+            # ID, then a pid (`sbx ps ID` lists them) or [LOCAL:]REMOTE: nothing to offer
             ((npos == 0)) && COMPREPLY=($(compgen -W "$(_sbx_ids "${words[0]}")" -- "$cur"))
             ;;
         rm | start)

@@ -2,7 +2,7 @@
 # tests/check_docs_in_step.py keeps them in step.
 # Install as ~/.config/fish/completions/sbx.fish or into $fish_complete_path.
 
-set -l commands create exec cp ls rm gc doctor serve pool image start port-forward
+set -l commands create exec cp ls rm gc doctor serve pool image start ps logs attach kill port-forward
 
 function __sbx_drivers
     printf '%s\t%s\n' \
@@ -116,6 +116,10 @@ complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a doctor -d 'Che
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a serve -d 'Run the sandbox manager'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a pool -d 'Fill, show or drain the warm pool'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a image -d 'Build, import, list and remove images'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a ps -d "List a sandbox's background processes"
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a logs -d "Show a background process's output"
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a attach -d 'Attach to a background process again'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a kill -d 'Signal a background process and all it started'
 
 # create (and exec --rm).
 set -l c '__fish_seen_subcommand_from create exec'
@@ -138,6 +142,8 @@ complete -c sbx -n $c -s w -l workdir -x -d 'Working directory (default /work)'
 # exec.
 set -l x '__fish_seen_subcommand_from exec'
 complete -c sbx -n $x -s i -l interactive -d 'Forward stdin to the command'
+complete -c sbx -n $x -s t -l tty -d 'Run the command on a terminal'
+complete -c sbx -n $x -s d -l detach -d 'Start it in the background and print its pid'
 complete -c sbx -n $x -l timeout -x -d 'Kill the whole process tree after this long'
 complete -c sbx -n $x -l rm -d 'One-shot: create a sandbox, run, remove it'
 complete -c sbx -n "$x; and __sbx_exec_wants_id" -a '(__sbx_ids)' -d 'Sandbox'
@@ -160,6 +166,21 @@ set -l r '__fish_seen_subcommand_from rm; and not __fish_seen_subcommand_from im
 complete -c sbx -n $r -s f -l force -d 'No error for ids that do not exist'
 complete -c sbx -n $r -l all -d 'Every sandbox'
 complete -c sbx -n $r -a '(__sbx_ids)' -d 'Sandbox'
+
+# ps, logs, attach, kill: ID, then a pid (`sbx ps ID` lists them).
+function __sbx_wants_id_first
+    set -l tokens (commandline -opc)
+    set -l n 0
+    for t in $tokens[3..-1]
+        string match -q -- '-*' $t; or set n (math $n + 1)
+    end
+    test $n -eq 0
+end
+complete -c sbx -n '__fish_seen_subcommand_from ps logs attach kill; and __sbx_wants_id_first' -f -a '(__sbx_ids)' -d 'Sandbox'
+complete -c sbx -n '__fish_seen_subcommand_from ps' -l json -d 'JSON array of processes'
+complete -c sbx -n '__fish_seen_subcommand_from logs' -s f -l follow -d 'Follow until the process exits'
+complete -c sbx -n '__fish_seen_subcommand_from logs' -l tail -x -d 'Only the last N lines of each stream'
+complete -c sbx -n '__fish_seen_subcommand_from kill' -s s -l signal -x -a 'KILL TERM INT HUP QUIT USR1 USR2 STOP CONT' -d 'The signal (default KILL)'
 
 # start.
 complete -c sbx -n '__fish_seen_subcommand_from start' -a '(__sbx_ids)' -d 'Sandbox'

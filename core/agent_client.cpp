@@ -10,6 +10,7 @@
 #include "core/fsutil.hpp"
 #include "core/port_relay.hpp"
 #include "core/protocol.hpp"
+#include "core/terminal.hpp"
 #include "core/unix_socket.hpp"
 
 namespace sbx {
@@ -60,6 +61,20 @@ json AgentClient::ping(int timeout_ms) {
 ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
   uint32_t ch = next_channel();
   send_all(fd_.get(), proto::encode_json(proto::Type::exec, ch, req));
+  if (req.background) {
+    // Answered by started {pid}, or by exit with the reason it could not start.
+    for (;;) {
+      auto f = must_read(fd_.get());
+      if (f.channel != ch) continue;
+      if (f.type == proto::Type::error) throw_remote(f);
+      json j = f.json();
+      ExecResult res;
+      if (f.type == proto::Type::started) res.pid = j.value("pid", 0);
+      else if (f.type == proto::Type::exit) res = j.get<ExecResult>(), io.error = j.value("error", "");
+      else throw Error(Errc::protocol, "unexpected frame from the agent starting a background process");
+      return res;
+    }
+  }
   bool stdin_open = req.stdin_open;
   if (stdin_open && io.stdin_fd < 0) {
     // Fixed stdin: send it all, then EOF.
@@ -72,16 +87,73 @@ ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
     send_all(fd_.get(), proto::encode(proto::Type::stdin_eof, ch));
     stdin_open = false;
   }
+  auto res = relay(ch, io, stdin_open, false);
+  if (!res) throw Error(Errc::protocol, "the agent ended an exec without its exit");
+  return *res;
+}
+
+std::optional<ExecResult> AgentClient::attach(int pid, const AttachOptions& opts, ExecIO& io) {
+  uint32_t ch = next_channel();
+  send_all(fd_.get(), proto::encode_json(proto::Type::proc_attach, ch,
+                                         {{"pid", pid}, {"follow", opts.follow}, {"input", opts.input},
+                                          {"tail_lines", opts.tail_lines}}));
+  return relay(ch, io, opts.input && io.stdin_fd >= 0, true);
+}
+
+std::vector<ProcessInfo> AgentClient::processes() {
+  uint32_t ch = next_channel();
+  send_all(fd_.get(), proto::encode(proto::Type::proc_list, ch));
+  json body = answer(ch);
+  return body.value("procs", json::array()).get<std::vector<ProcessInfo>>();
+}
+
+void AgentClient::signal_process(int pid, int sig) {
+  uint32_t ch = next_channel();
+  send_all(fd_.get(), proto::encode_json(proto::Type::proc_signal, ch, {{"pid", pid}, {"signal", sig}}));
+  answer(ch);
+}
+
+json AgentClient::answer(uint32_t ch) {
+  for (;;) {
+    auto f = must_read(fd_.get());
+    if (f.channel != ch) continue;
+    if (f.type == proto::Type::error) throw_remote(f);
+    if (f.type != proto::Type::ok) throw Error(Errc::protocol, "unexpected frame from the agent");
+    return f.json();
+  }
+}
+
+namespace {
+
+// What the user typed, on its way to the agent: through the detach keys when
+// they apply. Returns false once the user detached.
+bool forward_input(int agent, uint32_t ch, std::string_view typed, ExecIO& io, DetachKeys& keys) {
+  std::string kept;
+  bool detach = io.detach_keys && keys.feed(typed, kept);
+  std::string_view out = io.detach_keys ? std::string_view(kept) : typed;
+  if (!out.empty()) send_all(agent, proto::encode(proto::Type::stdin_data, ch, out));
+  return !detach;
+}
+
+}  // namespace
+
+std::optional<ExecResult> AgentClient::relay(uint32_t ch, ExecIO& io, bool stdin_open, bool attach) {
   proto::Decoder dec;
   std::string buf(proto::kChunk, '\0');
   bool watch_hangup = io.hangup_fd >= 0;
+  DetachKeys keys;
+  auto detach = [&] {
+    send_all(fd_.get(), proto::encode(proto::Type::end, ch));
+    stdin_open = false;
+  };
   for (;;) {
-    pollfd pfds[4];
+    pollfd pfds[5];
     nfds_t n = 0;
     pfds[n++] = {fd_.get(), POLLIN, 0};
-    int stdin_idx = -1, sig_idx = -1, hup_idx = -1;
+    int stdin_idx = -1, sig_idx = -1, hup_idx = -1, size_idx = -1;
     if (stdin_open) stdin_idx = static_cast<int>(n), pfds[n++] = {io.stdin_fd, POLLIN, 0};
     if (io.signal_fd >= 0) sig_idx = static_cast<int>(n), pfds[n++] = {io.signal_fd, POLLIN, 0};
+    if (io.resize_fd >= 0) size_idx = static_cast<int>(n), pfds[n++] = {io.resize_fd, POLLIN, 0};
     if (watch_hangup) hup_idx = static_cast<int>(n), pfds[n++] = {io.hangup_fd, POLLRDHUP, 0};
     int r = ::poll(pfds, n, -1);
     if (r < 0) {
@@ -89,8 +161,10 @@ ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
       throw sys_error("poll", errno);
     }
     if (hup_idx >= 0 && (pfds[hup_idx].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-      // Whoever asked is gone: the command dies with its whole tree (the agent's shim sees to the tree).
-      send_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", SIGKILL}}));
+      // Whoever asked is gone: the command dies with its whole tree (the
+      // agent's shim sees to the tree); a background process merely loses its attacher.
+      if (attach) detach();
+      else send_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", SIGKILL}}));
       watch_hangup = false;
     }
     if (sig_idx >= 0 && pfds[sig_idx].revents) {
@@ -98,10 +172,15 @@ ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
       if (::read(io.signal_fd, &sig, sizeof sig) == static_cast<ssize_t>(sizeof sig))
         send_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", sig}}));
     }
+    if (size_idx >= 0 && pfds[size_idx].revents) {
+      WindowSize ws;
+      if (::read(io.resize_fd, &ws, sizeof ws) == static_cast<ssize_t>(sizeof ws))
+        send_all(fd_.get(), proto::encode_json(proto::Type::resize, ch, {{"rows", ws.rows}, {"cols", ws.cols}}));
+    }
     if (stdin_idx >= 0 && pfds[stdin_idx].revents) {
       ssize_t got = ::read(io.stdin_fd, buf.data(), buf.size());
       if (got > 0) {
-        send_all(fd_.get(), proto::encode(proto::Type::stdin_data, ch, std::string_view(buf.data(), static_cast<size_t>(got))));
+        if (!forward_input(fd_.get(), ch, std::string_view(buf.data(), static_cast<size_t>(got)), io, keys)) detach();
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
         send_all(fd_.get(), proto::encode(proto::Type::stdin_eof, ch));
         stdin_open = false;
@@ -133,6 +212,7 @@ ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
           io.error = j.value("error", "");
           return res;
         }
+        case proto::Type::end: return std::nullopt;
         case proto::Type::error: throw_remote(*f);
         default: throw Error(Errc::protocol, "unexpected frame from the agent during exec");
       }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,7 +36,8 @@ struct ExecIO {
   std::string stdin_data;   ///< used instead when stdin_fd < 0 and stdin_open
   int signal_fd = -1;       ///< when readable, an int signal number to forward (a self-pipe)
   int resize_fd = -1;       ///< when readable, a WindowSize to forward to a tty exec (a self-pipe)
-  int hangup_fd = -1;       ///< a connected socket (the manager's client): when its peer hangs up, the command is killed
+  int hangup_fd = -1;       ///< a connected socket (the manager's client): when its peer hangs up, the command is killed (an attach detaches)
+  bool detach_keys = false; ///< attach with input: Ctrl-P Ctrl-Q on stdin detaches instead of reaching the process
   std::string error;        ///< out: why the command did not start (e.g. "x: command not found")
 };
 
@@ -45,8 +47,17 @@ class AgentClient {
 
   /// {version, running, uptime_ms, pid}; throws protocol/timeout when the agent does not answer in time.
   nlohmann::json ping(int timeout_ms = 2000);
-  /// Runs a command, streaming through io; returns how it ended.
+  /// Runs a command, streaming through io; returns how it ended. A background
+  /// request returns once it started: ExecResult::pid (or the reason in io.error).
   ExecResult exec(const ExecRequest& req, ExecIO& io);
+  /// The sandbox's background processes, running and exited.
+  std::vector<ProcessInfo> processes();
+  /// Replays a background process's kept output through io, then follows it
+  /// (opts.follow) and feeds it io's input (opts.input). How it ended, or
+  /// nullopt when this returned first (not following, or detached).
+  std::optional<ExecResult> attach(int pid, const AttachOptions& opts, ExecIO& io);
+  /// Sends sig to a background process's whole tree.
+  void signal_process(int pid, int sig);
   /// Lists path (its own entry first), recursively when asked.
   std::vector<FileEntry> list(const std::string& path, bool recursive);
   /// Reads a regular file, handing its content to sink chunk by chunk; returns its entry.
@@ -70,6 +81,11 @@ class AgentClient {
 
  private:
   uint32_t next_channel() { return ++channel_; }
+  /// The `ok` answer on channel ch (other channels' frames skipped); throws what an error frame says.
+  nlohmann::json answer(uint32_t ch);
+  /// Streams a started exec or attach on ch: output to io, io's input to the
+  /// agent, until exit (its result) or end (nullopt).
+  std::optional<ExecResult> relay(uint32_t ch, ExecIO& io, bool stdin_open, bool attach);
   Fd fd_;
   uint32_t channel_ = 0;
 };

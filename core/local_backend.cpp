@@ -132,6 +132,7 @@ SandboxRecord LocalBackend::create_for(const SandboxSpec& in, const Progress& pr
 }
 
 OneShotResult LocalBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
+  check_background_request(req, true);
   pid_t self = ::getpid();
   SandboxRecord rec = create_for(spec, nullptr, {self, proc::start_time(self), proc::pid_namespace()});
   OneShotResult out;
@@ -232,6 +233,7 @@ AgentClient LocalBackend::connect(SandboxRecord& rec, Driver& driver) {
 
 ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, ExecIO& io) {
   if (in.argv.empty()) throw Error(Errc::usage, "no command given").set_hint("sbx exec ID -- CMD [ARG...]");
+  check_background_request(in, false);
   SandboxRecord rec = registry_.get(id);
   auto driver = driver_for(rec);
   ExecRequest req = in;
@@ -244,7 +246,7 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
   req.env = std::move(env);
   if (req.cwd.empty()) req.cwd = rec.spec.workdir;
   uint64_t oom_before = 0;
-  AgentClient agent = attach(rec, *driver, oom_before);
+  AgentClient agent = connect_in_use(rec, *driver, oom_before);
   ExecResult res;
   try {
     res = agent.exec(req, io);
@@ -253,6 +255,7 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
     return agent_lost(rec, *driver, oom_before);
   }
   registry_.touch(rec.id);
+  if (req.background) return res;  // it runs on; ping's `running` counts it as activity for gc
   if (res.signal == SIGKILL && !res.timed_out && driver->oom_kills(rec) > oom_before) res.oom_killed = true;
   // One rule for every driver, the CLI and both API styles: a command its
   // timeout killed ends with 124, as timeout(1) and `sbx exec --timeout` do.
@@ -284,7 +287,7 @@ std::optional<std::string> LocalBackend::mark_dead_if_gone(SandboxRecord& rec, D
   return rec.error;
 }
 
-AgentClient LocalBackend::attach(SandboxRecord& rec, Driver& driver, uint64_t& oom_before) {
+AgentClient LocalBackend::connect_in_use(SandboxRecord& rec, Driver& driver, uint64_t& oom_before) {
   // Shared lock: gc and rm (exclusive) wait until this call is registered with the agent.
   Fd guard = registry_.lock(rec.id, false);
   registry_.touch(rec.id);
@@ -313,7 +316,7 @@ AgentClient LocalBackend::port_client(const std::string& id, uint16_t port) {
   auto driver = driver_for(rec);
   uint64_t oom_before = 0;
   // An agent connection of its own per TCP connection: the agent's backpressure then holds back only this one.
-  AgentClient agent = attach(rec, *driver, oom_before);
+  AgentClient agent = connect_in_use(rec, *driver, oom_before);
   try {
     agent.connect_port(port);
   } catch (const Error& e) {
@@ -468,13 +471,16 @@ std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, in
   uint64_t idle_ms = static_cast<uint64_t>(now - std::max(rec.last_active_ms, rec.created_ms));
   if (rec.spec.ttl_s && age_s >= rec.spec.ttl_s) return "past its TTL of " + format_duration_ms(rec.spec.ttl_s * 1000);
   if (!rec.spec.idle_timeout_s || idle_ms < rec.spec.idle_timeout_s * 1000) return "";
-  // A long-running command is not idleness: ask the agent.
-  int running = 0;
+  // A long-running command (or background process) is not idleness, and
+  // idleness starts when the last background process ended: ask the agent.
+  nlohmann::json ping;
   try {
-    running = AgentClient(driver.connect(rec, registry_.dir(rec.id))).ping().value("running", 0);
+    ping = AgentClient(driver.connect(rec, registry_.dir(rec.id))).ping();
   } catch (const Error&) {
   }
-  if (running) return "";
+  if (ping.value("running", 0)) return "";
+  if (auto quiet = ping.value("quiet_ms", int64_t{-1}); quiet >= 0) idle_ms = std::min(idle_ms, static_cast<uint64_t>(quiet));
+  if (idle_ms < rec.spec.idle_timeout_s * 1000) return "";
   return "idle for " + format_duration_ms(idle_ms) + " (timeout " + format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
 }
 
@@ -555,7 +561,7 @@ uint64_t LocalBackend::with_files(const std::string& id, const char* what, F&& f
   SandboxRecord rec = registry_.get(id);
   auto driver = driver_for(rec);
   uint64_t oom_before = 0;
-  AgentClient agent = attach(rec, *driver, oom_before);
+  AgentClient agent = connect_in_use(rec, *driver, oom_before);
   try {
     return f(agent);
   } catch (Error& e) {

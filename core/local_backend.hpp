@@ -33,6 +33,9 @@ class LocalBackend : public Backend {
   std::optional<FileEntry> stat(const std::string& id, const std::string& path) override;
   uint64_t put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) override;
   uint64_t get_files(const std::string& id, const std::string& path, EntrySink& sink, uint64_t max_bytes) override;
+  std::vector<ProcessInfo> processes(const std::string& id) override;
+  std::optional<ExecResult> attach(const std::string& id, int pid, const AttachOptions& opts, ExecIO& io) override;
+  void signal_process(const std::string& id, int pid, int sig) override;
 
   /// The registry, for callers that inspect state directly (tests, doctor).
   Registry& registry() { return registry_; }
@@ -52,7 +55,7 @@ class LocalBackend : public Backend {
   AgentClient connect(SandboxRecord& rec, Driver& driver);
   /// connect() under the sandbox's shared lock, as an exec or copy starts; also
   /// reads the OOM-kill count that tells later whether the memory cap ended it.
-  AgentClient attach(SandboxRecord& rec, Driver& driver, uint64_t& oom_before);
+  AgentClient connect_in_use(SandboxRecord& rec, Driver& driver, uint64_t& oom_before);
   /// An agent connection of a running sandbox with a TCP connection to 127.0.0.1:port in it open.
   AgentClient port_client(const std::string& id, uint16_t port);
   /// Called in a handler for a stream that broke mid-exec: when the sandbox is gone, records
@@ -77,6 +80,10 @@ class LocalBackend : public Backend {
   /// Why gc should remove rec (empty: keep it); `alive` says whether its agent runs.
   std::string gc_reason(const SandboxRecord& rec, Driver& driver, int64_t now,
                         const std::map<std::string, std::string>& unwanted_pooled, bool& alive);
+  /// Runs `f(agent)` on a running sandbox's agent for its background
+  /// processes; an unknown pid's error names the way to list them.
+  template <class F>
+  auto with_processes(const std::string& id, F&& f);
   /// Whether a running or pooled sandbox's agent is still there.
   bool alive(const SandboxRecord& rec);
 
@@ -89,6 +96,10 @@ class LocalBackend : public Backend {
 /// Fills a spec's unset fields from the configuration and validates it:
 /// known driver, limits in range, network mode, absolute workdir, image directory.
 SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTable& drivers);
+
+/// Throws usage for a background request that cannot be one: in a one-shot
+/// (its sandbox goes when the call returns) or with a timeout.
+void check_background_request(const ExecRequest& req, bool one_shot);
 
 /// The environment every exec starts from (PATH, HOME, ...), before the sandbox's and the request's.
 std::map<std::string, std::string> base_exec_env();
