@@ -211,21 +211,6 @@ def test_other_commands_on_a_terminal_name_what_works(agent):
 # --------------------------------------------------------------------------
 
 
-def exec_help() -> str:
-    try:
-        r = subprocess.run([os.environ.get("SBX_BIN", "sbx"), "exec", "--help"], capture_output=True, text=True,
-                           timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return r.stdout + r.stderr
-
-
-EXEC_HELP = exec_help()
-needs_cli_tty = pytest.mark.skipif("--tty" not in EXEC_HELP, reason="sbx exec has no -t/--tty yet (helper procs)")
-needs_cli_detach = pytest.mark.skipif("--detach" not in EXEC_HELP,
-                                      reason="sbx exec has no -d/--detach yet (helper procs)")
-
-
 class Pty:
     """sbx on a real terminal: its stdin, stdout and stderr are a PTY's slave."""
 
@@ -266,7 +251,8 @@ class Pty:
         return rc
 
 
-@needs_cli_tty
+@pytest.mark.xfail(reason="through sbx exec -t the deno console echoes the first line but never answers it "
+                          "(the agent-protocol tests above pass): a defect found when the CLI's -t landed")
 def test_python_console_through_sbx_exec_t(deno, box):  # noqa: F811
     t = Pty(deno.argv("exec", "-t", box, "--", "python3"), deno.env())
     t.until(rb">>> ")
@@ -282,7 +268,8 @@ def test_python_console_through_sbx_exec_t(deno, box):  # noqa: F811
     assert t.wait() == 0
 
 
-@needs_cli_tty
+@pytest.mark.xfail(reason="through sbx exec -t the deno console echoes the first line but never answers it "
+                          "(the agent-protocol tests above pass): a defect found when the CLI's -t landed")
 def test_js_repl_through_sbx_exec_t(deno, box):  # noqa: F811
     t = Pty(deno.argv("exec", "-t", box, "--", "node"), deno.env())
     t.until(rb"> ")
@@ -292,7 +279,6 @@ def test_js_repl_through_sbx_exec_t(deno, box):  # noqa: F811
     assert t.wait() == 0
 
 
-@needs_cli_detach
 def test_detach_on_deno_says_why_not(deno, box):  # noqa: F811
     r = deno.run("exec", "-d", box, "--", "python3", "-c", "print(1)")
     assert r.rc != 0 and "no background processes" in r.err and "--driver subprocess" in r.err, r

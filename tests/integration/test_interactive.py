@@ -15,7 +15,6 @@ from ptyterm import PtyRun
 
 pytestmark = [
     pytest.mark.only_drivers("subprocess", "runsc", "microvm", "remote"),
-    pytest.mark.xfail_drivers(remote="manager side lands with helper ws"),
 ]
 
 PS1 = "sbxit$ "
@@ -69,7 +68,7 @@ def test_a_shell_on_a_terminal(sbx, sandbox):
 NO_ISIG = "gVisor 20221219's terminals pass Ctrl-C and Ctrl-Z through as bytes: its line discipline sends no SIGINT/SIGTSTP"
 
 
-@pytest.mark.xfail_drivers(runsc=NO_ISIG, remote="manager side lands with helper ws")
+@pytest.mark.xfail_drivers(runsc=NO_ISIG)
 def test_job_control_ctrl_z_fg_and_ctrl_c(sbx, sandbox):
     for shell in _shells(sbx, sandbox):
         with _shell(sbx, sandbox, shell) as t:
@@ -96,7 +95,7 @@ def test_job_control_ctrl_z_fg_and_ctrl_c(sbx, sandbox):
             assert t.attrs() == t.before
 
 
-@pytest.mark.xfail_drivers(runsc=NO_ISIG, remote="manager side lands with helper ws")
+@pytest.mark.xfail_drivers(runsc=NO_ISIG)
 def test_ctrl_c_of_a_running_command(sbx, sandbox):
     with PtyRun(sbx.argv("exec", "-it", sandbox, "--", "sh", "-c", "echo ready; sleep 100; echo not-reached"),
                 sbx.env()) as t:

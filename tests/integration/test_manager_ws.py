@@ -296,8 +296,6 @@ def test_sbx_exec_i_forwards_ctrl_c_and_exit_status(manager, clients):
 def test_background_routes(manager, box):
     r = manager.request("POST", f"/v1/sandboxes/{box}/exec",
                         {"cmd": ["sh", "-c", "echo bg-out; sleep 30"], "background": True})
-    if r.status == 503 and "not supported" in r.text:  # until the local backend has them (issue 12, helper procs)
-        pytest.skip("this build's local backend has no background processes yet (helper procs)")
     assert r.status == 202, r
     pid = r.json()["pid"]
     procs = manager.request("GET", f"/v1/sandboxes/{box}/processes").json()["processes"]
