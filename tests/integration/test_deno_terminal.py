@@ -251,10 +251,8 @@ class Pty:
         return rc
 
 
-@pytest.mark.xfail(reason="through sbx exec -t the deno console echoes the first line but never answers it "
-                          "(the agent-protocol tests above pass): a defect found when the CLI's -t landed")
 def test_python_console_through_sbx_exec_t(deno, box):  # noqa: F811
-    t = Pty(deno.argv("exec", "-t", box, "--", "python3"), deno.env())
+    t = Pty(deno.argv("exec", "-it", box, "--", "python3"), deno.env())
     t.until(rb">>> ")
     t.type(b"def sq(n):\r\treturn n * n\r\r")
     t.until(rb">>> ")
@@ -268,13 +266,11 @@ def test_python_console_through_sbx_exec_t(deno, box):  # noqa: F811
     assert t.wait() == 0
 
 
-@pytest.mark.xfail(reason="through sbx exec -t the deno console echoes the first line but never answers it "
-                          "(the agent-protocol tests above pass): a defect found when the CLI's -t landed")
 def test_js_repl_through_sbx_exec_t(deno, box):  # noqa: F811
-    t = Pty(deno.argv("exec", "-t", box, "--", "node"), deno.env())
+    t = Pty(deno.argv("exec", "-it", box, "--", "node"), deno.env())
     t.until(rb"> ")
     t.type(b"const k = 'v' + 1\rk\r")
-    t.until(rb"'v1'\r\n> ")
+    t.until(rb"""["']v1["']\r\n> """)  # the REPL shows values as Deno.inspect does: "v1"
     t.type(b".exit\r")
     assert t.wait() == 0
 
