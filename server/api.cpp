@@ -469,6 +469,18 @@ HttpResponse Api::metrics_text() {
   return r;
 }
 
+HttpResponse Api::ndjson_response(std::shared_ptr<ResponseStream> stream) {
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(streams_, [](auto& w) { return w.expired(); });
+    streams_.push_back(stream);
+  }
+  HttpResponse r;
+  r.content_type = "application/x-ndjson";
+  r.stream = std::move(stream);
+  return r;
+}
+
 void Api::cancel_all() {
   std::lock_guard lock(mu_);
   for (auto& w : streams_)

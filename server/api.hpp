@@ -192,6 +192,8 @@ class Api {
   KeyRing keys_;
   Limits limits_;
   Backend& backend_;
+  /// Registers a started NDJSON stream (cancel_all interrupts it) and answers with it.
+  HttpResponse ndjson_response(std::shared_ptr<ResponseStream> stream);
   std::string default_driver_;
   Metrics metrics_;
   std::atomic<int> in_flight_{0};
@@ -199,7 +201,7 @@ class Api {
   std::mutex mu_;
   std::map<std::string, int> execs_per_key_;
   std::map<std::string, int> creating_per_key_;  ///< creates under way, counted against the cap
-  std::vector<std::weak_ptr<ResponseStream>> streams_;
+  std::vector<std::weak_ptr<ResponseStream>> streams_;  ///< live NDJSON streams (under mu_), interrupted by cancel_all
   std::vector<std::function<void()>*> sessions_;  ///< live WebSocket sessions' cancel hooks (under mu_)
   std::string token_secret_ = new_token_secret();
   std::mutex probes_mu_;

@@ -278,15 +278,7 @@ HttpResponse Api::exec(const HttpRequest& req, const SandboxRecord* rec) {
   if (req.accept.find("application/x-ndjson") != std::string::npos) {
     auto stream = std::make_shared<ExecStream>(in_flight_, req.client_fd, eb.detach);
     stream->start(run);
-    {
-      std::lock_guard lock(mu_);
-      std::erase_if(streams_, [](auto& w) { return w.expired(); });
-      streams_.push_back(stream);
-    }
-    HttpResponse r;
-    r.content_type = "application/x-ndjson";
-    r.stream = stream;
-    return r;
+    return ndjson_response(stream);
   }
   Buffered b = run_buffered(req, eb.detach, run);
   put_output(b.exit, "stdout", b.out);

@@ -95,15 +95,7 @@ HttpResponse Api::processes_route(const HttpRequest& req, const SandboxRecord& r
     auto r = backend_.attach(id, pid, opts, io);
     return r ? json{{"exit", *r}} : json{{"end", true}};
   });
-  {
-    std::lock_guard lock(mu_);
-    std::erase_if(streams_, [](auto& w) { return w.expired(); });
-    streams_.push_back(stream);
-  }
-  HttpResponse r;
-  r.content_type = "application/x-ndjson";
-  r.stream = stream;
-  return r;
+  return ndjson_response(stream);
 }
 
 }  // namespace sbx::server
