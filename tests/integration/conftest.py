@@ -11,6 +11,12 @@ Environment:
   SBX_REQUIRE_CAPABILITIES  "1" turns every "prerequisite missing" skip into a
                             failure (CI sets it, so a broken runner cannot
                             pass by skipping everything)
+  SBX_TEST_LANE             set by scripts/test.sh when it runs the suite in
+                            parallel lanes (one pytest per group of drivers):
+                            the lane's name; its tests that apply to none of
+                            its drivers are deselected instead of skipped
+  SBX_TEST_DRIVERLESS       "0" deselects the tests that are not parametrized
+                            over a driver (another lane runs them once)
   SBX_TEST_NO_SNAPSHOT      "1" runs SBX_BIN in place instead of a per-session
                             copy of sbx and sbx-agent (the copy keeps a rebuild
                             during the run from swapping binaries mid-test)
@@ -462,7 +468,8 @@ class Sbx:
 
 def pytest_report_header(config):
     src = "" if SBX_BIN == SBX_BIN_SOURCE else f" (snapshot of {SBX_BIN_SOURCE})"
-    return [f"sbx binary: {SBX_BIN}{src}", f"drivers: {','.join(DRIVERS)}; "
+    lane = f"lane {LANE}: " if LANE else ""
+    return [f"sbx binary: {SBX_BIN}{src}", f"{lane}drivers: {','.join(DRIVERS)}; "
             f"SBX_REQUIRE_CAPABILITIES={'1' if REQUIRE_CAPABILITIES else '0'}"]
 
 
@@ -639,6 +646,30 @@ def driver_problem(sbx: Sbx, name: str) -> str | None:
                     f"{c.get('name')}: {c.get('detail')} (fix: {c.get('remedy')})" for c in bad)
     _driver_problems[name] = problem
     return problem
+
+
+LANE = os.environ.get("SBX_TEST_LANE", "").strip()
+RUN_DRIVERLESS = os.environ.get("SBX_TEST_DRIVERLESS", "1").strip() != "0"
+
+
+def pytest_collection_modifyitems(config, items):
+    """In a lane, a test that does not concern the lane is deselected, not
+    skipped: the other lane runs it, and a skip here would be noise."""
+    if not LANE and RUN_DRIVERLESS:
+        return
+    keep, drop = [], []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        param = spec.params.get("driver") if spec else None
+        if param == "-" and LANE:
+            drop.append(item)  # applies to no driver of this lane
+        elif param is None and not RUN_DRIVERLESS:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_generate_tests(metafunc):
