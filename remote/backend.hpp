@@ -62,6 +62,8 @@ class RemoteBackend : public Backend {
   ExecResult finished_exec(const std::string& path, const nlohmann::json& body, ExecIO& io);
   /// An exec over the WebSocket at path (remote/interactive.cpp): live stdin, signals, a terminal.
   ExecResult ws_exec(const std::string& path, const nlohmann::json& first, ExecIO& io);
+  /// attach without the CLI's wording of an unknown pid.
+  std::optional<ExecResult> attach_pid(const std::string& id, int pid, const AttachOptions& opts, ExecIO& io);
   /// POST .../exec with background: the started process's pid.
   ExecResult background(const std::string& id, const ExecRequest& req);
   /// A WebSocket to path; the manager's refusal becomes its error.

@@ -118,7 +118,30 @@ std::vector<ProcessInfo> RemoteBackend::processes(const std::string& id) {
   }
 }
 
+namespace {
+
+// The manager's 404 for a pid names the route that lists processes; a user of
+// the CLI gets the local driver's words, with the command that lists them.
+template <class F>
+auto with_pid_hint(const std::string& id, int pid, F&& f) {
+  try {
+    return f();
+  } catch (Error& e) {
+    if (e.code() != Errc::not_found || std::string_view(e.what()).find("no background process") == std::string_view::npos)
+      throw;
+    throw Error(Errc::not_found, "no background process " + std::to_string(pid) + " in this sandbox (see `sbx ps " +
+                                     id + "`)");
+  }
+}
+
+}  // namespace
+
 std::optional<ExecResult> RemoteBackend::attach(const std::string& id, int pid, const AttachOptions& opts, ExecIO& io) {
+  return with_pid_hint(id, pid, [&] { return attach_pid(id, pid, opts, io); });
+}
+
+std::optional<ExecResult> RemoteBackend::attach_pid(const std::string& id, int pid, const AttachOptions& opts,
+                                                    ExecIO& io) {
   std::string path = sandbox_path(id) + "/processes/" + std::to_string(pid);
   std::string tail = opts.tail_lines >= 0 ? "tail=" + std::to_string(opts.tail_lines) : "";
   if (!opts.input) {
@@ -133,7 +156,8 @@ std::optional<ExecResult> RemoteBackend::attach(const std::string& id, int pid, 
 
 void RemoteBackend::signal_process(const std::string& id, int pid, int sig) {
   json body{{"signal", sig}};
-  call_json("POST", sandbox_path(id) + "/processes/" + std::to_string(pid) + "/signal", &body);
+  with_pid_hint(id, pid,
+                [&] { return call_json("POST", sandbox_path(id) + "/processes/" + std::to_string(pid) + "/signal", &body); });
 }
 
 Fd RemoteBackend::open_port(const std::string& id, uint16_t port) {

@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/terminal.hpp"
 #include "core/wire.hpp"
 
 namespace sbx::remote_ws {
@@ -103,6 +104,7 @@ void block_sigpipe() {
 void pump_input(ws::Connection& c, ExecIO& io, int wake) {
   bool stdin_open = io.stdin_fd >= 0;
   std::string buf(64 * 1024, '\0');
+  DetachKeys keys;
   for (;;) {
     pollfd p[4];
     nfds_t n = 0;
@@ -123,6 +125,16 @@ void pump_input(ws::Connection& c, ExecIO& io, int wake) {
       if (got <= 0) {
         stdin_open = false;
         sent = c.send(ws::Kind::text, R"({"eof":true})");
+      } else if (io.detach_keys) {
+        // Ctrl-P Ctrl-Q ends the attachment, not the process: the manager is
+        // told to detach and nothing typed after the keys is sent.
+        std::string kept(1, kStdin);
+        bool detach = keys.feed(std::string_view(buf).substr(1, static_cast<size_t>(got)), kept);
+        if (kept.size() > 1) sent = c.send(ws::Kind::binary, kept);
+        if (detach) {
+          stdin_open = false;
+          sent = c.send(ws::Kind::text, R"({"detach":true})") && sent;
+        }
       } else {
         buf[0] = kStdin;
         sent = c.send(ws::Kind::binary, buf.substr(0, static_cast<size_t>(got) + 1));

@@ -261,7 +261,8 @@ HttpResponse Api::exec(const HttpRequest& req, const SandboxRecord* rec) {
   bool one_shot = rec == nullptr;
   json body = parse_body(req);
   ExecBody eb = parse_exec(body, limits_, one_shot);
-  if (eb.req.tty)
+  // A background process's terminal is the agent's: nothing streams in this call.
+  if (eb.req.tty && !eb.req.background)
     throw Error(Errc::invalid_argument, "exec request: a terminal (tty) needs the WebSocket route")
         .set_hint(one_shot ? "GET /v1/run/ws" : "GET /v1/sandboxes/{id}/exec/ws (docs/api.md)");
   SandboxSpec spec;

@@ -308,6 +308,23 @@ def test_background_routes(manager, box):
     assert_error(manager.request("GET", f"/v1/sandboxes/{box}/processes/999999/logs"), 404, "not_found")
 
 
+def test_background_on_a_terminal_starts_through_post(manager, box):
+    """The terminal of a background process is the agent's, so a plain POST
+    starts one (the platform's clients and `sbx exec -d -t` do); only a
+    foreground terminal needs the WebSocket."""
+    r = manager.request("POST", f"/v1/sandboxes/{box}/exec",
+                        {"cmd": ["sh", "-c", "tty; sleep 30"], "background": True, "tty": True})
+    assert r.status == 202, r
+    pid = r.json()["pid"]
+    procs = manager.request("GET", f"/v1/sandboxes/{box}/processes").json()["processes"]
+    assert [p for p in procs if p["pid"] == pid and p["tty"] is True], procs
+    assert wait_until(lambda: b"/dev/pts/" in manager.request(
+        "GET", f"/v1/sandboxes/{box}/processes/{pid}/logs?follow=0").body, 10)
+    manager.request("POST", f"/v1/sandboxes/{box}/processes/{pid}/signal", {"signal": "KILL"})
+    r = manager.request("POST", f"/v1/sandboxes/{box}/exec", {"cmd": ["tty"], "tty": True})
+    assert "exec/ws" in assert_error(r, 400, "invalid_argument")["hint"]
+
+
 def test_runsc_exec_ws(managers, sbx):
     if problem := driver_problem(sbx, "runsc"):
         pytest.skip(f"runsc: {problem}")

@@ -213,8 +213,6 @@ def test_attach_again_after_the_client_was_killed(sbx, sandbox):
     assert out == b"eof\n" and second.returncode == 4, (out, second.returncode)
 
 
-@pytest.mark.xfail_drivers(remote="the remote driver does not turn Ctrl-P Ctrl-Q into the attach WebSocket's "
-                                  "{\"detach\": true} yet")
 def test_attach_to_a_terminal_detach_with_ctrl_p_ctrl_q(sbx, sandbox):
     pid = _start(sbx, sandbox, "sh", flags=["-t", "-i", "-e", "PS1=bg$ "])
     assert _proc(sbx, sandbox, pid)["tty"] is True
@@ -238,7 +236,6 @@ def test_attach_to_a_terminal_detach_with_ctrl_p_ctrl_q(sbx, sandbox):
 # usage
 # --------------------------------------------------------------------------
 
-@pytest.mark.xfail_drivers(remote="the manager's 404 for an unknown pid does not carry the `sbx ps ID` hint yet")
 def test_unknown_pid_says_how_to_list(sbx, sandbox):
     for args in (["logs", sandbox, "99999"], ["attach", sandbox, "99999"], ["kill", sandbox, "99999"]):
         r = sbx.run(*args)
