@@ -18,10 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 // "2026-12-01T15:07:11.123Z": the platform's created_at / last_activity.
 std::string iso8601_utc(int64_t ms) {
   time_t secs = static_cast<time_t>(ms / 1000);

@@ -22,10 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 std::pair<Fd, Fd> make_pipe(int flags) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC | flags) != 0) throw sys_error("pipe", errno);

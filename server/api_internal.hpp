@@ -2,6 +2,7 @@
 // not for anyone else.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,11 @@ inline constexpr const char* kPlatformLabel = "sbx.label";
 /// The methods the port proxy (/v1/sandboxes/{id}/ports/...) passes on.
 inline constexpr const char* kPortProxyMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 /// Whether a request path is the port proxy's (its bodies are streamed, of any size).
+/// For the latency metrics.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 inline bool is_port_proxy_path(const std::string& path) {
   auto at = path.find("/ports/");
   return path.rfind("/v1/sandboxes/", 0) == 0 && at != std::string::npos && path.find('/', 14) == at;
