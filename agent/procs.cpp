@@ -105,6 +105,7 @@ void ProcTable::start(int conn, uint32_t channel, const SpawnRequest& req) {
   p.err = std::move(s.err);
   p.in = std::move(s.in);
   p.term = std::move(s.term);
+  p.signal_keys = s.signal_keys;
   procs_.emplace(s.pid, std::move(p));
   out_.send(conn, proto::encode_json(proto::Type::started, channel, {{"pid", s.pid}}));
 }
@@ -182,8 +183,10 @@ bool ProcTable::input(int conn, const proto::Frame& f) {
     if (!it->input) return true;  // a `logs -f` sends nothing but end
     switch (f.type) {
       case proto::Type::stdin_data:
-        p.stdin_buf += f.payload;
-        flush_stdin(p);
+        feed_terminal(p.term.get(), pid, p.signal_keys, f.payload, [&](std::string_view typed) {
+          p.stdin_buf += typed;
+          flush_stdin(p);
+        });
         break;
       case proto::Type::stdin_eof:
         // On a terminal the user's Ctrl-D is a byte; closing it would hang up the session.

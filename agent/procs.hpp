@@ -83,6 +83,7 @@ class ProcTable {
   struct Proc {
     ProcessInfo info;
     Fd out, err, in, term;
+    bool signal_keys = false;  ///< agent/pty.hpp
     std::string stdin_buf;
     bool stdin_eof = false;
     KeptLog out_log, err_log;

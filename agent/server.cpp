@@ -65,6 +65,7 @@ struct Exec {
   bool timed_out = false;
   uint64_t oom_kills_at_start = 0;
   Fd term{};  // a tty exec's terminal (the master), for resizes and signals
+  bool signal_keys = false;  // agent/pty.hpp: the agent turns typed Ctrl-C and the like into signals
 };
 
 // The kernel's count of OOM kills (/proc/vmstat oom_kill); 0 if unreadable.
@@ -286,8 +287,10 @@ void Server::channel_input(int conn_fd, const proto::Frame& f) {
 void Server::exec_input(Exec& e, const proto::Frame& f) {
   switch (f.type) {
     case proto::Type::stdin_data:
-      e.stdin_buf += f.payload;
-      flush_stdin(e);
+      feed_terminal(e.term.get(), e.pid, e.signal_keys, f.payload, [&](std::string_view typed) {
+        e.stdin_buf += typed;
+        flush_stdin(e);
+      });
       break;
     case proto::Type::stdin_eof:
       // On a terminal the user's Ctrl-D is a byte; closing it would hang up the session.
@@ -339,6 +342,7 @@ void Server::start_exec(Conn& c, uint32_t ch, const json& req) {
   Exec e{c.fd.get(), ch, s.pid, std::move(s.out), std::move(s.err), std::move(s.in), {}, false, start,
          timeout_ms ? start + static_cast<int64_t>(timeout_ms) : 0};
   e.term = std::move(s.term);
+  e.signal_keys = s.signal_keys;
   if (opts_.report_oom) e.oom_kills_at_start = oom_kill_count();
   send(c.fd.get(), proto::encode_json(proto::Type::started, ch, {{"pid", s.pid}}));
   execs_.emplace(s.pid, std::move(e));

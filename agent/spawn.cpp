@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -59,8 +60,40 @@ __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* en
 // terminal to open once the shim leads its own session.
 struct ShimIO {
   int in, out, err, report;
-  const char* tty;  ///< the terminal's slave, or nullptr
+  const char* tty;           ///< the terminal's slave, or nullptr
+  bool signal_keys = false;  ///< raise the signals the agent says were typed (agent/pty.hpp)
 };
+
+// The shim's terminal, for raise_typed (signal keys only).
+int g_terminal = -1;
+
+// A signal key the agent found in the user's input: what the kernel's line
+// discipline would have done with it. Async-signal-safe calls only.
+void raise_typed(int shim_signal) {
+  int saved = errno;
+  int sig = typed_signal_of(shim_signal);
+  pid_t fg = ::tcgetpgrp(g_terminal);
+  if (sig && fg > 0) ::kill(-fg, sig);
+  termios t{};
+  if (::tcgetattr(g_terminal, &t) == 0 && (t.c_lflag & ECHO) && (t.c_lflag & ECHOCTL)) {
+    cc_t key = t.c_cc[sig == SIGINT ? VINTR : sig == SIGQUIT ? VQUIT : VSUSP];
+    char echo[2] = {'^', static_cast<char>(key ^ 0x40)};
+    if (key < 0x20) {
+      ssize_t ignored = ::write(g_terminal, echo, 2);
+      (void)ignored;
+    }
+  }
+  errno = saved;
+}
+
+// The shim keeps its terminal and raises the typed signals.
+void keep_terminal_for_signal_keys() {
+  g_terminal = ::fcntl(0, F_DUPFD, 3);
+  struct sigaction sa{};
+  sa.sa_handler = raise_typed;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGQUIT, SIGTSTP}) ::sigaction(shim_signal_for(sig), &sa, nullptr);
+}
 
 // The leftover rule: once the command has ended, whatever it started goes too.
 // With a working subreaper every living descendant is below the shim, so no
@@ -120,9 +153,10 @@ void end_leftovers(bool subreaper) {
   // on them means what it says. Signals to the process group are the
   // command's business, not the shim's.
   ::close(report_fd);
-  for (int fd = 0; fd <= 2; ++fd) ::close(fd);
   for (int sig = 1; sig < NSIG; ++sig)
     if (sig != SIGCHLD && sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_IGN);
+  if (io.tty && io.signal_keys) keep_terminal_for_signal_keys();
+  for (int fd = 0; fd <= 2; ++fd) ::close(fd);
   int status = 0;
   for (;;) {
     pid_t done = ::waitpid(-1, &status, 0);
@@ -151,6 +185,7 @@ void make_stdio(const SpawnRequest& req, Pty& pty, Spawned& s, ShimIO& child) {
     s.in.reset(wr);
     if (rd < 0 || wr < 0) throw sys_error("dup", errno);
     child.tty = pty.slave_path.c_str();
+    child.signal_keys = s.signal_keys = !terminal_sends_signals();
     return;
   }
   int out[2], err[2], in[2];

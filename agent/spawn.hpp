@@ -28,6 +28,9 @@ struct Spawned {
   /// terminal's master (err empty: a terminal has one output).
   Fd out, err, in;
   Fd term;  ///< tty: the master again, for window sizes
+  /// tty on a kernel whose terminals send no signals (terminal_sends_signals):
+  /// input goes through feed_terminal, and the shim raises the typed signals.
+  bool signal_keys = false;
 };
 
 /// Why a spawn failed before the command ran (exec or chdir failure).
