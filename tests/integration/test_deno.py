@@ -462,8 +462,10 @@ def test_parallel_execs_and_a_loop_blocks_no_other_sandbox(deno, fresh):
     box = deno.create("--memory", "1200M", driver="deno")
     spin = deno.popen("exec", "--timeout", "8s", fresh, "--", "node", "-e", "while (true) {}")
     try:
+        # 20 s: the quick exec starts an interpreter of its own, which takes
+        # seconds on a loaded 2-core host.
         slow = deno.popen("exec", box, "--", "python3", "-c", "import time\nprint('sleeping', flush=True)\n"
-                                                             "time.sleep(8)\nprint('slow')")
+                                                             "time.sleep(20)\nprint('slow')")
         assert slow.stdout.readline() == b"sleeping\n"
         assert py(deno, box, "print('quick')").ok().out == "quick\n"
         assert slow.poll() is None, "the quick exec waited for the slow one of the same sandbox"
