@@ -93,7 +93,7 @@ const ArchiveApi& archive_api();
 #define SBX_CURL_FUNCTIONS(X) \
   X(curl_global_init) X(curl_easy_init) X(curl_easy_setopt) X(curl_easy_perform) X(curl_easy_getinfo) \
   X(curl_easy_cleanup) X(curl_easy_strerror) X(curl_slist_append) X(curl_slist_free_all) X(curl_easy_escape) \
-  X(curl_free)
+  X(curl_free) X(curl_easy_send) X(curl_easy_recv)
 
 /// The libcurl functions the remote driver uses, resolved from libcurl.so.4.
 struct CurlApi {

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
 #include "core/terminal.hpp"
+#include "remote/tls_tunnel.hpp"
 #include "core/wire.hpp"
 
 namespace sbx::remote_ws {
@@ -28,26 +29,30 @@ constexpr int kConnectTimeoutMs = 2000;
 
 struct HostPort {
   std::string host, port;
+  bool tls = false;
+  std::string path;  ///< the URL's path prefix ("" or "/base")
 };
 
 HostPort host_port(const std::string& base_url) {
-  if (base_url.rfind("https://", 0) == 0)
-    throw Error(Errc::unavailable, "interactive sessions (exec -i/-t, attach, port-forward) through an https:// manager "
-                                   "are not supported yet")
-        .set_hint("reach the manager over http:// (e.g. through an SSH tunnel), or run the command without -i/-t");
-  std::string authority = base_url.substr(7, base_url.find('/', 7) - 7);
+  HostPort hp;
+  hp.tls = base_url.rfind("https://", 0) == 0;
+  size_t start = hp.tls ? 8 : 7;
+  size_t slash = base_url.find('/', start);
+  std::string authority = base_url.substr(start, slash - start);
+  if (slash != std::string::npos) hp.path = base_url.substr(slash);
+  if (!hp.path.empty() && hp.path.back() == '/') hp.path.pop_back();
+  const char* default_port = hp.tls ? "443" : "80";
   if (authority.find('@') != std::string::npos)
     throw Error(Errc::invalid_argument, "interactive sessions do not take credentials in the manager URL")
         .set_hint("use the API key (ADMIN_API_KEY) instead");
-  HostPort hp;
   if (!authority.empty() && authority.front() == '[') {
     size_t close = authority.find(']');
     hp.host = authority.substr(1, close - 1);
-    hp.port = close + 1 < authority.size() ? authority.substr(close + 2) : "80";
+    hp.port = close + 1 < authority.size() ? authority.substr(close + 2) : default_port;
   } else {
     size_t colon = authority.rfind(':');
     hp.host = authority.substr(0, colon);
-    hp.port = colon == std::string::npos ? "80" : authority.substr(colon + 1);
+    hp.port = colon == std::string::npos ? default_port : authority.substr(colon + 1);
   }
   return hp;
 }
@@ -159,10 +164,8 @@ void pump_input(ws::Connection& c, ExecIO& io, int wake) {
 std::unique_ptr<ws::Connection> dial(const std::string& base_url, const std::string& shown, const std::string& api_key,
                                      const std::string& target, const OnRefusal& on_refusal) {
   HostPort hp = host_port(base_url);
-  Fd sock = connect_tcp(hp, shown);
-  std::string prefix = base_url.substr(7);
-  size_t slash = prefix.find('/');
-  std::string path = (slash == std::string::npos ? "" : prefix.substr(slash)) + target;
+  Fd sock = hp.tls ? tls_tunnel(hp.host, hp.port, shown) : connect_tcp(hp, shown);
+  std::string path = hp.path + target;
   ws::Refusal refusal;
   auto c = ws::Connection::connect(std::move(sock), hp.host, path, {{"X-API-Key", api_key}}, refusal);
   if (!c) {

@@ -130,6 +130,30 @@ def test_tls_manager_with_a_trusted_ca_and_without(manager_root, clients, tls_pa
         srv.stop()
 
 
+def test_interactive_sessions_through_a_tls_manager(manager_root, clients, tls_pair):
+    """exec -i, a background process's attach and port-forward are WebSockets:
+    over https they run in TLS checked like every other call."""
+    cert, key = tls_pair
+    srv = ManualServer(os.path.join(manager_root, "tls-ws"), "--tls-cert", cert, "--tls-key", key)
+    try:
+        url = f"https://{HOST}:{srv.port}"
+        env = {"USE_REMOTE_SANDBOX": "true", "SANDBOX_MANAGER_URL": url, "ADMIN_API_KEY": srv.key,
+               "LOCAL_SANDBOX_BACKEND": "none", "SBX_CA_FILE": cert}
+        c = clients.new(env)
+        assert wait_until(lambda: c.run("doctor", "--remote").rc == 0, 20), srv.text()
+        # Input streams in, and more than a TLS record's worth of output comes back.
+        r = c.run("exec", "--rm", "-i", "--", "sh", "-c", "read l; echo got:$l; head -c 300000 /dev/zero | wc -c",
+                  input="over-tls\n").ok()
+        assert r.out == "got:over-tls\n300000\n", r
+        sid = c.create()
+        pid = c.run("exec", "-d", "-i", sid, "--", "sh", "-c", "read l; echo bg:$l").ok().out.strip()
+        r = c.run("attach", sid, pid, input="x\n")
+        assert r.rc == 0 and "bg:x" in r.out, r
+        c.remove(sid)
+    finally:
+        srv.stop()
+
+
 def test_json_logs_name_the_key_never_the_secret(manager_root):
     srv = ManualServer(os.path.join(manager_root, "jsonlog"), "--log-format", "json")
     try:
