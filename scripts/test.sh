@@ -30,12 +30,11 @@ echo "== integration tests (real sandboxes)"
 # The conformance tests run on every driver: the local subprocess driver,
 # through a real manager, gVisor (runsc), micro-VMs (QEMU) and deno (where they
 # apply: the deno driver runs no shell; test_deno.py covers it).
-# Two lanes run side by side, because most of a sandbox test is waiting (a VM
-# boot under TCG, runsc's ptrace platform, sleeps): lane "local" runs
-# subprocess, remote and deno plus every test not parametrized over a driver;
-# lane "vm" runs the runsc and micro-VM cases. Each lane has its own state
-# roots, as any two sbx users on one host would. SBX_TEST_DRIVERS set by the
-# caller runs one lane with exactly those drivers instead.
+# Two lanes run side by side, one per core: lane "vm" runs the micro-VM cases
+# (QEMU under TCG keeps about one core busy), lane "local" the subprocess,
+# remote, runsc and deno ones plus every test not parametrized over a driver.
+# Each lane has its own state roots, as any two sbx users on one host would.
+# SBX_TEST_DRIVERS set by the caller runs one lane with exactly those drivers.
 export SBX_BIN="$PWD/build/sbx"
 if [[ -n ${SBX_TEST_DRIVERS:-} ]]; then
   exec /usr/bin/python3 -m pytest -q -rs tests/integration
@@ -46,8 +45,8 @@ run_lane() {  # name drivers run-driverless
     /usr/bin/python3 -m pytest -q -rs tests/integration >"$logs/$1.log" 2>&1
 }
 start=$SECONDS
-run_lane local subprocess,remote,deno 1 & local_pid=$!
-run_lane vm runsc,microvm 0 & vm_pid=$!
+run_lane local subprocess,remote,runsc,deno 1 & local_pid=$!
+run_lane vm microvm 0 & vm_pid=$!
 status=0
 for lane in local vm; do
   pid_var=${lane}_pid
