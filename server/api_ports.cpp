@@ -77,6 +77,8 @@ std::string request_target(const std::string& path, const HttpRequest& req) {
   std::string t = percent_encode(path, "/-._~!$&'()*+,;=:@");
   char sep = '?';
   for (auto& [k, v] : req.args) {
+    // A preview link's token is the manager's credential, not the app's query.
+    if (req.token && k == "token") continue;
     t += sep + percent_encode(k, "-._~") + "=" + percent_encode(v, "-._~");
     sep = '&';
   }

@@ -318,3 +318,22 @@ def test_manager_proxy_auth_ownership_and_nothing_listening(proxy_setup):
     assert f"nothing listens on 127.0.0.1:{port + 1} in sandbox {sid}" in err["message"]
     assert_error(m.request("GET", f"/v1/sandboxes/{sid}/ports/0/"), 400)
     assert_error(m.request("GET", f"/v1/sandboxes/{sid}/ports/99999/"), 400)
+
+
+def test_manager_proxy_preview_link_with_a_port_token(proxy_setup):
+    """A "port" token is a preview link: that sandbox's port, through the proxy,
+    without the key; nothing else."""
+    m, sid, port, base = proxy_setup
+    r = m.request("POST", f"/v1/sandboxes/{sid}/tokens", {"scope": "port", "port": port, "ttl_s": 60})
+    assert r.status == 201 and r.json()["scope"] == "port", r
+    tok = r.json()["token"]
+    r = m.request("GET", f"{base}/via/token?token={tok}", key=None)
+    assert r.status == 200 and r.json()["path"] == "/via/token", "the token must not reach the sandbox's server"
+    assert m.request("GET", f"{base}/q?a=1&token={tok}", key=None).json()["path"] == "/q?a=1"
+    # Another port, another route, an altered token: 401.
+    assert_error(m.request("GET", f"/v1/sandboxes/{sid}/ports/{port + 1}/?token={tok}", key=None), 401)
+    assert_error(m.request("GET", f"/v1/sandboxes/{sid}?token={tok}", key=None), 401)
+    assert_error(m.request("GET", f"{base}/?token={tok[:-1]}{'1' if tok[-1] == '0' else '0'}", key=None), 401)
+    # A "ws" token is not a preview link.
+    ws_tok = m.request("POST", f"/v1/sandboxes/{sid}/tokens", {"scope": "ws"}).json()["token"]
+    assert_error(m.request("GET", f"{base}/?token={ws_tok}", key=None), 401)
