@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "agent/clock.hpp"
 #include "agent/pty.hpp"
 #include "agent/tree.hpp"
 #include "core/error.hpp"
@@ -19,12 +20,6 @@ namespace sbx::agent {
 using nlohmann::json;
 
 namespace {
-
-int64_t mono_ms() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000;
-}
 
 // Where the kept logs live: a directory of the agent's on the sandbox's own
 // disk (every driver gives the sandbox a writable /var/tmp; /tmp is the

@@ -17,6 +17,7 @@
 
 #include "agent/files.hpp"
 #include "agent/procs.hpp"
+#include "agent/clock.hpp"
 #include "agent/pty.hpp"
 #include "agent/spawn.hpp"
 #include "agent/tcp_relay.hpp"
@@ -30,12 +31,6 @@ using nlohmann::json;
 namespace proto = sbx::proto;
 
 namespace {
-
-int64_t mono_ms() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000;
-}
 
 // Output to one host is queued and written as the socket takes it: a host
 // that stops reading holds back only its own commands (their pipes fill and
@@ -270,7 +265,8 @@ void Server::handle(Conn& c, proto::Frame& f) {
 
 void Server::ping(int conn_fd, uint32_t ch) {
   // Background processes count: idle gc must not take a sandbox that works,
-  // and its idleness starts when the last of them ended.
+  // and its idleness starts when the last of them ended. (A forwarded port's
+  // server is always one of them or a foreground exec, so it counts too.)
   json body = {{"version", proto::kVersion},
                {"running", execs_.size() + procs_.running()},
                {"uptime_ms", mono_ms() - started_},
