@@ -175,6 +175,15 @@ bool ProcTable::input(int conn, const proto::Frame& f) {
       out_.send(conn, proto::encode(proto::Type::end, f.channel));
       return true;
     }
+    // On an attach channel SIGSTOP and SIGCONT are the micro-VM relay's flow
+    // control for a host that reads slowly (agent/relay_map.hpp), never the user's.
+    if (f.type == proto::Type::signal) {
+      int sig = f.json().value("signal", 0);
+      if (sig == SIGSTOP || sig == SIGCONT) {
+        it->paused = sig == SIGSTOP;
+        return true;
+      }
+    }
     if (!it->input) return true;  // a `logs -f` sends nothing but end
     switch (f.type) {
       case proto::Type::stdin_data:
@@ -209,12 +218,17 @@ void ProcTable::drop_conn(int conn) {
                       p.attachers.end());
 }
 
+bool ProcTable::held_back(const Proc& p) const {
+  return std::any_of(p.attachers.begin(), p.attachers.end(),
+                     [&](const Attacher& a) { return a.paused || out_.congested(a.conn); });
+}
+
 std::vector<ProcTable::Watch> ProcTable::watches() const {
   std::vector<Watch> out;
   for (auto& [pid, p] : procs_) {
     // An attached host that stops reading holds the process back (its pipe
     // fills), as a foreground exec's host does; its output is never dropped.
-    bool held = std::any_of(p.attachers.begin(), p.attachers.end(), [&](const Attacher& a) { return out_.congested(a.conn); });
+    bool held = held_back(p);
     if (p.out && !held) out.push_back({p.out.get(), POLLIN, pid, 1});
     if (p.err && !held) out.push_back({p.err.get(), POLLIN, pid, 2});
     if (p.in && !p.stdin_buf.empty()) out.push_back({p.in.get(), POLLOUT, pid, 0});
@@ -235,8 +249,7 @@ void ProcTable::pump(Proc& p, int stream, bool drain) {
   auto type = stream == 1 ? proto::Type::stdout_data : proto::Type::stderr_data;
   char buf[proto::kChunk];
   while (fd) {
-    bool held = std::any_of(p.attachers.begin(), p.attachers.end(), [&](const Attacher& a) { return out_.congested(a.conn); });
-    if (held && !drain) return;
+    if (held_back(p) && !drain) return;
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n > 0) {
       std::string_view data(buf, static_cast<size_t>(n));

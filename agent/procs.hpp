@@ -79,6 +79,7 @@ class ProcTable {
     int conn;
     uint32_t channel;
     bool follow, input;
+    bool paused = false;  ///< the micro-VM relay's flow control: SIGSTOP / SIGCONT on the channel
   };
   struct Proc {
     ProcessInfo info;
@@ -95,6 +96,9 @@ class ProcTable {
   void list(int conn, uint32_t channel);
   void attach(int conn, uint32_t channel, const nlohmann::json& req);
   void signal(int conn, uint32_t channel, const nlohmann::json& req);
+  /// An attacher reads slowly (its connection is congested, or the micro-VM relay paused it):
+  /// the process's output waits, and so, once its pipe is full, does the process.
+  bool held_back(const Proc& p) const;
   void pump(Proc& p, int stream, bool drain);
   void flush_stdin(Proc& p);
   void forget_oldest_exited();

@@ -112,8 +112,11 @@ std::vector<std::string> RelayMap::drop_client(int client) {
 std::vector<std::string> RelayMap::pause_client(int client, bool pause) {
   std::vector<std::string> out;
   for (auto& [guest, r] : routes_) {
-    // A TCP connection pauses too: the agent stops reading its socket on SIGSTOP (agent/tcp_relay.hpp).
-    bool pausable = (r.kind == proto::Type::exec && !r.background) || r.kind == proto::Type::connect;
+    // A TCP connection pauses too: the agent stops reading its socket on SIGSTOP
+    // (agent/tcp_relay.hpp); so does an attach or `logs -f`: the agent holds the
+    // process's output for it, as it does for a slow local attacher (agent/procs.hpp).
+    bool pausable = (r.kind == proto::Type::exec && !r.background) || r.kind == proto::Type::connect ||
+                    r.kind == proto::Type::proc_attach;
     if (r.client != client || !pausable || r.paused == pause) continue;
     r.paused = pause;
     out.push_back(signal_frame(guest, pause ? SIGSTOP : SIGCONT));

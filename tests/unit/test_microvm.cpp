@@ -130,6 +130,18 @@ TEST_CASE("relay: a slow client's commands are paused once and resumed once") {
   CHECK(decode_one(r[0]).json().at("signal") == SIGCONT);
 }
 
+TEST_CASE("relay: a slow attacher (attach, logs -f) is paused like a command, and resumed") {
+  RelayMap m;
+  auto at = decode_one(*m.from_client(6, frame(proto::Type::proc_attach, 2, R"({"pid": 9})"))).channel;
+  auto p = m.pause_client(6, true);
+  REQUIRE(p.size() == 1);
+  CHECK(decode_one(p[0]).channel == at);
+  CHECK(decode_one(p[0]).json().at("signal") == SIGSTOP);
+  auto r = m.pause_client(6, false);
+  REQUIRE(r.size() == 1);
+  CHECK(decode_one(r[0]).json().at("signal") == SIGCONT);
+}
+
 TEST_CASE("relay: a TCP connection lives until both ends (or an error), pauses, and is aborted with its client") {
   RelayMap m;
   auto a = decode_one(*m.from_client(4, frame(proto::Type::connect, 1, R"({"port": 80})"))).channel;
