@@ -14,6 +14,16 @@ while [ "$n" -lt "${SBX_LOOP_DEVICES:-128}" ]; do
   [ -e /dev/loop$n ] || mknod -m 0660 /dev/loop$n b 7 $n 2>/dev/null || break
   n=$((n + 1))
 done
+# The state root is a directory of the volume named by an id kept in the
+# volume: on a cgroup v1 host the container sees the host's cgroup tree, where
+# sbx keeps each state root's sandboxes under a scope named by the state
+# root's path, so two manager containers (or a host manager) with the same
+# path would take each other's groups for orphans. A restart with the same
+# volume finds the same id, the same sandboxes and the same scope.
+volume=${SBX_STATE_DIR:-/var/lib/sbx}
+[ -s "$volume/manager-id" ] || od -An -N6 -tx1 /dev/urandom | tr -d ' \n' >"$volume/manager-id"
+SBX_STATE_DIR=$volume/$(cat "$volume/manager-id")
+export SBX_STATE_DIR
 if [ -n "${ADMIN_API_KEY_FILE:-}" ]; then
   set -- --api-key-file "$ADMIN_API_KEY_FILE" "$@"
 fi
