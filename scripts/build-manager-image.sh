@@ -2,12 +2,14 @@
 # Builds the gVisor manager's OCI image (deploy/image/) from Debian packages
 # only, no registry: a Debian 12 base made by mmdebstrap (cached, keyed by its
 # package list), then a layer with sbx, its agent, the entrypoint and the
-# default sandbox image, committed by `podman build` from scratch with fixed
-# timestamps so two builds of one commit give the same image id.
+# default sandbox image; both with fixed timestamps, written as a docker-archive
+# by deploy/image/make-archive.py and loaded into podman, so two builds of one
+# commit give the same image id.
 #
-#   scripts/build-manager-image.sh [--refresh] [--tag TAG] [--build-dir DIR]
+#   scripts/build-manager-image.sh [--refresh] [--tag TAG] [--build-dir DIR] [--archive FILE]
 #
 # --refresh   make the mmdebstrap base again (new Debian point release)
+# --archive   keep the docker-archive there too (for `docker load -i FILE`)
 # Prints the image id on stdout; progress on stderr. Needs root, podman and
 # mmdebstrap, and a built tree (cmake --build build).
 set -euo pipefail
@@ -15,12 +17,14 @@ cd "$(dirname "$0")/.."
 tag=localhost/sbx-manager:latest
 build=build
 refresh=0
+keep=
 while [ $# -gt 0 ]; do
   case $1 in
     --refresh) refresh=1 ;;
     --tag) tag=$2; shift ;;
     --build-dir) build=$2; shift ;;
-    *) echo "usage: $0 [--refresh] [--tag TAG] [--build-dir DIR]" >&2; exit 2 ;;
+    --archive) keep=$2; shift ;;
+    *) echo "usage: $0 [--refresh] [--tag TAG] [--build-dir DIR] [--archive FILE]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -97,10 +101,14 @@ tar_layer() {
     --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime --xattrs -cf "$2" .
 }
 tar_layer "$top" "$work/top.tar"
-ln "$base" "$work/base.tar" 2>/dev/null || cp "$base" "$work/base.tar"
-cp deploy/image/Containerfile "$work/"
-say "committing $tag"
-podman build --quiet --format docker --timestamp "$SOURCE_DATE_EPOCH" --network none \
-  -f "$work/Containerfile" -t "$tag" "$work" >&2
-podman image inspect --format '{{.Id}}' "$tag"
+ln -s "$base" "$work/base.tar"
+say "writing the image archive and loading it as $tag"
+archive=${keep:-$work/image.tar}
+old=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
+id=$(deploy/image/make-archive.py --tag "$tag" --epoch "$SOURCE_DATE_EPOCH" --out "$archive" "$work/base.tar" "$work/top.tar")
+podman load -q -i "$archive" >&2
+[ "$(podman image inspect --format '{{.Id}}' "$tag")" = "$id" ] || die "podman loaded $tag with another id than $id"
+# The image the tag named before, unless still in use: rebuilds do not pile up.
+[ -z "$old" ] || [ "$old" = "$id" ] || podman rmi "$old" >/dev/null 2>&1 || true
+echo "$id"
 say "$(podman image inspect --format '{{.Size}}' "$tag" | awk '{printf "size %.1f MB", $1/1e6}')"
