@@ -20,6 +20,8 @@ namespace sbx::server {
 
 namespace {
 
+constexpr int kCapNetAdmin = 12;
+constexpr int kCapNetRaw = 13;
 constexpr int kCapSysAdmin = 21;
 
 struct Missing {
@@ -77,6 +79,22 @@ void check_cgroups(std::vector<Missing>& out) {
 // The image sets SBX_PREFLIGHT=smoke: in a container, seccomp, AppArmor or a
 // masked /proc can stop runsc where a host would not. Not by default: a smoke
 // run costs a second or more at every start (and hosts run `sbx doctor`).
+// The network jail (server.default_network, `jail` unless set): a veth pair,
+// addresses and nftables rules in the manager's namespace, per-namespace
+// sysctls, and runsc's netstack on a raw socket.
+void check_network_jail(std::vector<Missing>& out) {
+  if (!has_capability(kCapNetAdmin))
+    out.push_back({"CAP_NET_ADMIN is missing: the network jail makes a veth pair and nftables rules per sandbox",
+                   "--cap-add NET_ADMIN"});
+  if (!has_capability(kCapNetRaw))
+    out.push_back({"CAP_NET_RAW is missing: runsc's network stack reads the jail's veth through a raw socket",
+                   "--cap-add NET_RAW"});
+  struct statvfs st{};
+  if (::statvfs("/proc/sys/net", &st) == 0 && (st.f_flag & ST_RDONLY))
+    out.push_back({"/proc/sys is read-only: the network jail sets per-namespace sysctls (net.ipv6.conf.*.disable_ipv6)",
+                   "--security-opt unmask=/proc/sys"});
+}
+
 bool smoke_wanted() {
   const char* v = std::getenv("SBX_PREFLIGHT");
   return v && std::string(v) == "smoke";
@@ -94,6 +112,7 @@ void check_runsc(const Config& cfg, const DriverTable& drivers, std::vector<Miss
                    "--cap-add SYS_ADMIN"});
   check_loop(out);
   check_cgroups(out);
+  if (cfg.default_network == "jail") check_network_jail(out);
   const DriverInfo* d = find_driver(drivers, "runsc");
   if (!d || !out.empty()) return;
   // The deep probe runs runsc for real (`runsc do /bin/true`).

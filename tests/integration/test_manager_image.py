@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import platform
 import secrets
 import shutil
 import subprocess
@@ -49,18 +50,26 @@ def host_flags() -> list[str]:
 class Container:
     """One manager container on a loopback port, with its own volume and key."""
 
-    def __init__(self, label: str, flags=None):
+    def __init__(self, label: str, flags=None, key_file: str | None = None):
         self.name = f"sbxit-mgr-{label}-{secrets.token_hex(3)}"
         self.volume = self.name + "-state"
         self.key = secrets.token_hex(32)
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         self.flags = RUN_FLAGS if flags is None else flags
+        # The key as a mounted secret file (ADMIN_API_KEY_FILE) instead of the environment.
+        self.key_file = key_file
+        if key_file:
+            Path(key_file).write_text(self.key + "\n")
+            os.chmod(key_file, 0o644)
 
     def start(self, config: str):
         podman("run", "-d", "--name", self.name, *host_flags(), *self.flags, "-v", f"{self.volume}:/var/lib/sbx",
                "-v", f"{config}:/etc/sbx/config.yaml:ro",
-               "-e", f"ADMIN_API_KEY={self.key}", "-p", f"{HOST}:{self.port}:8000", IMAGE)
+               *(["-v", f"{self.key_file}:/run/secrets/sbx-admin-key:ro",
+                  "-e", "ADMIN_API_KEY_FILE=/run/secrets/sbx-admin-key"] if self.key_file
+                 else ["-e", f"ADMIN_API_KEY={self.key}"]),
+               "-p", f"{HOST}:{self.port}:8000", IMAGE)
         return self
 
     def state(self) -> dict:
@@ -93,6 +102,11 @@ class Container:
             return Resp(r.status, r.headers, r.read())
         finally:
             conn.close()
+
+    def create(self) -> str:
+        r = self.request("POST", "/v1/sandboxes", {}, timeout=120)
+        assert r.status == 201, f"create failed: {r!r}\n{self.logs()[-2000:]}"
+        return r.json()["id"]
 
     def remove(self):
         # Sandboxes first, through the API, so their host cgroups go too (a v1
@@ -134,8 +148,8 @@ def image():
 def containers(image, manager_config):
     made: list[Container] = []
 
-    def make(label, flags=None):
-        c = Container(label, flags)
+    def make(label, flags=None, key_file=None):
+        c = Container(label, flags, key_file)
         made.append(c)
         return c.start(manager_config)
     yield make
@@ -169,13 +183,30 @@ def test_healthz_and_the_image_health_check(running):
     assert r.returncode == 0, f"the image's HEALTHCHECK failed: {r.stdout} {r.stderr}"
 
 
+def test_key_from_a_mounted_secret_file(containers, tmp_path):
+    c = containers("keyfile", key_file=str(tmp_path / "key")).wait_healthy()
+    assert c.request("GET", "/healthz").json()["key"]["name"] == "admin"
+    r = podman("healthcheck", "run", c.name, check=False)
+    assert r.returncode == 0, f"the HEALTHCHECK with ADMIN_API_KEY_FILE failed: {r.stdout} {r.stderr}"
+
+
+def test_api_creates_get_the_network_jail(running):
+    # The platform's create names no network: it gets server.default_network, `jail`.
+    sid = running.create()
+    try:
+        r = running.request("POST", f"/v1/sandboxes/{sid}/commands", {"command": "ip -o -4 addr show eth0", "timeout": 30})
+        assert r.status == 200 and r.json()["exit_code"] == 0 and " inet " in r.json()["stdout"], r
+    finally:
+        running.request("DELETE", f"/v1/sandboxes/{sid}", timeout=60)
+
+
 def test_create_exec_cp_rm_through_the_api(client, running, tmp_path):
     sid = client.run("create", timeout=120).ok().out.strip()
     try:
         # The default sandbox image is in the manager image: python3 is there.
         assert client.exec(sid, "python3", "-c", "print(6*7)").ok().out == "42\n"
         # And this is gVisor, not the container's kernel.
-        assert "gVisor" in client.exec(sid, "dmesg").out
+        assert client.exec(sid, "uname", "-r").ok().out.strip() != platform.release()
         src = tmp_path / "in.txt"
         src.write_text("through the container\n")
         client.run("cp", str(src), f"{sid}:/work/in.txt").ok()
@@ -199,6 +230,9 @@ def test_doctor_remote_is_clean(client):
     ("--device=/dev/loop-control", "--device /dev/loop-control"),
     ("--device-cgroup-rule=b 7:* rwm", "--device-cgroup-rule 'b 7:* rwm'"),
     ("--volume=/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v /sys/fs/cgroup:/sys/fs/cgroup:rw"),
+    ("--cap-add=NET_ADMIN", "--cap-add NET_ADMIN"),
+    ("--cap-add=NET_RAW", "--cap-add NET_RAW"),
+    ("--security-opt=unmask=/proc/sys", "--security-opt unmask=/proc/sys"),
 ])
 def test_refuses_to_start_naming_the_missing_flag(containers, dropped, named):
     c = containers("refuse", [f for f in RUN_FLAGS if f != dropped])
@@ -211,7 +245,7 @@ def test_refuses_to_start_naming_the_missing_flag(containers, dropped, named):
 
 def test_restart_keeps_state_and_the_manager_answers(containers):
     c = containers("restart").wait_healthy()
-    sid = c.request("POST", "/v1/sandboxes", {}, timeout=120).json()["id"]
+    sid = c.create()
     r = c.request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["sh", "-c", "echo kept > /work/f"]}, timeout=60)
     assert r.status == 200 and r.json()["exit_code"] == 0, r
     state_dir = podman("exec", c.name, "sh", "-c", "echo /var/lib/sbx/$(cat /var/lib/sbx/manager-id)").stdout.strip()
@@ -226,14 +260,14 @@ def test_restart_keeps_state_and_the_manager_answers(containers):
     assert sid not in [x["id"] for x in c.request("GET", "/v1/sandboxes").json()]
     assert c.request("GET", f"/v1/sandboxes/{sid}").status == 404
     # And it serves new work.
-    sid2 = c.request("POST", "/v1/sandboxes", {}, timeout=120).json()["id"]
+    sid2 = c.create()
     r = c.request("POST", f"/v1/sandboxes/{sid2}/exec", {"cmd": ["python3", "-c", "print(1)"]}, timeout=60)
     assert r.status == 200 and r.json()["stdout"] == "1\n", r
 
 
 def test_sigterm_drains_in_flight_work(containers):
     c = containers("drain").wait_healthy()
-    sid = c.request("POST", "/v1/sandboxes", {}, timeout=120).json()["id"]
+    sid = c.create()
     result = {}
 
     def run():
