@@ -21,8 +21,7 @@ built=$(date +%s)
 key=$(openssl rand -hex 32)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # As conftest's own manager for the remote driver: no idle reaper, so a test
-# decides when its sandboxes go (the reaper's sweep every 5 s also races
-# creates through runsc: "runsc run failed (exit 137)", see the report of issue 13).
+# decides when its sandboxes go.
 config=$(mktemp /tmp/sbx-manager-ci.XXXXXX.yaml)
 printf 'server:\n  reap_interval: 1h\n' >"$config"
 chmod 0644 "$config"

@@ -123,7 +123,7 @@ class Container:
 @pytest.fixture(scope="module")
 def manager_config(session_root):
     """As conftest's manager for the remote driver: no idle reaper (the tests
-    decide when sandboxes go; its 5 s sweep also races runsc creates)."""
+    decide when sandboxes go)."""
     path = os.path.join(session_root, "image-manager.yaml")
     Path(path).write_text("server:\n  reap_interval: 1h\n  drain_timeout: 20s\n")
     os.chmod(path, 0o644)
