@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SBX_BIN, skip_or_fail, wait_until
-from manager_fixtures import HOST, Client, Resp, free_port
+from conftest import ID_RE, SBX_BIN, cgroup_roots, skip_or_fail, wait_until
+from manager_fixtures import HOST, Client, Resp, cgroup_scope, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("SBX_MANAGER_IMAGE", "localhost/sbx-manager:latest")
@@ -116,8 +116,29 @@ class Container:
                 self.request("DELETE", f"/v1/sandboxes/{rec['id']}", timeout=60)
         except (OSError, AssertionError, TypeError):
             pass
+        scope = self.cgroup_scope()
         podman("rm", "-f", "-t", "30", self.name, check=False)
         podman("volume", "rm", "-f", self.volume, check=False)
+        # The manager's scope in the host's cgroup tree: empty now, or sandboxes leaked.
+        leaked = []
+        for root in cgroup_roots() if scope else []:
+            d = f"{root}/sbx/{scope}"
+            if os.path.isdir(d):
+                leaked += [f"{d}/{n}" for n in os.listdir(d) if ID_RE.match(n)]
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
+        return leaked
+
+    def cgroup_scope(self) -> str | None:
+        """The scope of the state root the entrypoint chose (/var/lib/sbx/<manager-id>)."""
+        r = podman("volume", "inspect", "--format", "{{.Mountpoint}}", self.volume, check=False)
+        try:
+            mid = Path(r.stdout.strip(), "manager-id").read_text().strip()
+        except OSError:
+            return None
+        return cgroup_scope(f"/var/lib/sbx/{mid}")
 
 
 @pytest.fixture(scope="module")
@@ -153,15 +174,16 @@ def containers(image, manager_config):
         made.append(c)
         return c.start(manager_config)
     yield make
-    for c in made:
-        c.remove()
+    leaked = [d for c in made for d in c.remove()]
+    assert not leaked, f"sandbox cgroups left on the host: {leaked}"
 
 
 @pytest.fixture(scope="module")
 def running(image, manager_config):
     c = Container("main").start(manager_config).wait_healthy()
     yield c
-    c.remove()
+    leaked = c.remove()
+    assert not leaked, f"sandbox cgroups left on the host: {leaked}"
 
 
 @pytest.fixture
