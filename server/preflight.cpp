@@ -76,9 +76,6 @@ void check_cgroups(std::vector<Missing>& out) {
   }
 }
 
-// The image sets SBX_PREFLIGHT=smoke: in a container, seccomp, AppArmor or a
-// masked /proc can stop runsc where a host would not. Not by default: a smoke
-// run costs a second or more at every start (and hosts run `sbx doctor`).
 // The network jail (server.default_network, `jail` unless set): a veth pair,
 // addresses and nftables rules in the manager's namespace, per-namespace
 // sysctls, and runsc's netstack on a raw socket.
@@ -95,6 +92,9 @@ void check_network_jail(std::vector<Missing>& out) {
                    "--security-opt unmask=/proc/sys"});
 }
 
+// The image sets SBX_PREFLIGHT=smoke: in a container, seccomp, AppArmor or a
+// masked /proc can stop runsc where a host would not. Not by default: a smoke
+// run costs a second or more at every start (and hosts run `sbx doctor`).
 bool smoke_wanted() {
   const char* v = std::getenv("SBX_PREFLIGHT");
   return v && std::string(v) == "smoke";
