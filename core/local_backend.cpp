@@ -534,6 +534,9 @@ GcReport LocalBackend::gc(bool dry_run) {
     });
     live.insert(id);
   }
+  // A sandbox created since `recs` was read has its record by now (made before its cgroup,
+  // mounts or runsc container): read again, or the sweep takes it for an orphan and kills it.
+  for (auto& rec : registry_.list()) live.insert(rec.id);
   for (auto& info : drivers_) {
     auto driver = info.make(cfg_);
     for (auto& what : driver->orphans(live))

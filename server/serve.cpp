@@ -12,6 +12,7 @@
 #include "core/fsutil.hpp"
 #include "core/local_backend.hpp"
 #include "server/http_server.hpp"
+#include "server/preflight.hpp"
 
 namespace sbx::server {
 
@@ -186,6 +187,8 @@ int serve(const Config& config, const DriverTable& drivers, const ServeOptions& 
   Limits limits;
   limits.max_sandboxes_per_key = cfg.server.max_sandboxes_per_key;
   limits.max_execs_per_key = cfg.server.max_execs_per_key;
+  // Before listening: a manager whose driver cannot start sandboxes here refuses, naming what is missing.
+  preflight(cfg, drivers, default_driver_of(cfg));
 
   // Signals are taken synchronously by this thread; block them before any
   // other thread starts so none of those gets them.

@@ -495,6 +495,14 @@ def remote_manager(session_root):
     if "remote" not in DRIVERS:
         yield None
         return
+    # An external manager (scripts/ci-manager-image.sh: the manager image in a
+    # container): used as it is; its state root is not ours to inspect or clean.
+    if os.environ.get("SBX_TEST_MANAGER_URL"):
+        REMOTE_ENV["ADMIN_API_KEY"] = os.environ.get("SBX_TEST_MANAGER_KEY", "")
+        REMOTE_SWITCH.update({"USE_REMOTE_SANDBOX": "true", "SANDBOX_MANAGER_URL": os.environ["SBX_TEST_MANAGER_URL"]})
+        yield os.environ["SBX_TEST_MANAGER_URL"]
+        REMOTE_ENV.clear()
+        return
     import secrets
     import socket
     import urllib.request
