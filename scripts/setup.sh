@@ -11,7 +11,7 @@ packages=(
   python3 python3-pytest python3-websockets procps iproute2 util-linux busybox-static
   libmnl-dev libnftables-dev nftables runsc
   qemu-system-x86 e2fsprogs cpio lz4 file
-  mmdebstrap podman
+  mmdebstrap podman runc
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -35,6 +35,7 @@ echo "== integration tests (real sandboxes)"
 # remote, runsc and deno ones plus every test not parametrized over a driver.
 # Each lane has its own state roots, as any two sbx users on one host would.
 # SBX_TEST_DRIVERS set by the caller runs one lane with exactly those drivers.
+# (test_manager_image.py runs after scripts/ci-manager-image.sh, in lane vm.)
 export SBX_BIN="$PWD/build/sbx"
 if [[ -n ${SBX_TEST_DRIVERS:-} ]]; then
   exec /usr/bin/python3 -m pytest -q -rs tests/integration
@@ -42,11 +43,21 @@ fi
 logs=$(mktemp -d /tmp/sbx-lanes.XXXXXX)
 run_lane() {  # name drivers run-driverless
   SBX_TEST_LANE=$1 SBX_TEST_DRIVERS=$2 SBX_TEST_DRIVERLESS=$3 \
-    /usr/bin/python3 -m pytest -q -rs tests/integration >"$logs/$1.log" 2>&1
+    /usr/bin/python3 -m pytest -q -rs tests/integration --ignore=tests/integration/test_manager_image.py
+}
+# Lane vm then builds the manager's container image of this commit and runs
+# the conformance suite against the container (the image tests use that image).
+vm_lane() {
+  local rc=0
+  run_lane vm microvm 0 || rc=$?
+  echo "== the manager image: conformance against the container"
+  scripts/ci-manager-image.sh || rc=$?
+  SBX_TEST_LANE=image /usr/bin/python3 -m pytest -q -rs tests/integration/test_manager_image.py || rc=$?
+  return "$rc"
 }
 start=$SECONDS
-run_lane local subprocess,remote,runsc,deno 1 & local_pid=$!
-run_lane vm microvm 0 & vm_pid=$!
+run_lane local subprocess,remote,runsc,deno 1 >"$logs/local.log" 2>&1 & local_pid=$!
+vm_lane >"$logs/vm.log" 2>&1 & vm_pid=$!
 status=0
 for lane in local vm; do
   pid_var=${lane}_pid
