@@ -6,7 +6,9 @@
 set(CPACK_GENERATOR "DEB")
 set(CPACK_PACKAGE_NAME "sbx")
 set(CPACK_PACKAGE_VENDOR "sbx")
-set(CPACK_PACKAGE_CONTACT "sbx maintainers <sbx@localhost>")
+# dpkg needs a Maintainer; whoever publishes the package sets theirs.
+set(SBX_DEB_MAINTAINER "sbx maintainers <root@localhost>" CACHE STRING "Maintainer: field of the Debian package")
+set(CPACK_PACKAGE_CONTACT "${SBX_DEB_MAINTAINER}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "run untrusted code in sandboxes (namespaces, gVisor, micro-VMs, Deno)")
 # One string, its lines wrapped here (CPack indents them for the control file).
 string(CONCAT CPACK_PACKAGE_DESCRIPTION
@@ -22,7 +24,6 @@ set(CPACK_PACKAGING_INSTALL_PREFIX "/usr")
 set(CPACK_DEBIAN_FILE_NAME "DEB-DEFAULT")  # sbx_0.1.0_amd64.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION "admin")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
-set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://github.com/sbx/sbx")
 # The guest kernel is 50 MB uncompressed (vmlinux, for cloud-hypervisor): xz
 # halves the package against gzip for a few seconds more of cpack.
 set(CPACK_DEBIAN_COMPRESSION_TYPE "xz")
