@@ -173,7 +173,7 @@ _sbx()
         port-forward) opts="" ;;
         gc) opts="--dry-run --json" ;;
         doctor) opts="--json --driver --remote" ;;
-        serve) opts="--listen --driver --tls-cert --tls-key --log-format --api-key-file --insecure-dev" ;;
+        serve) opts="--listen --driver --tls-cert --tls-key --log-format --api-key-file --insecure-dev --require-kvm" ;;
         pool)
             case ${pos[0]} in
                 status) opts="--json" ;;

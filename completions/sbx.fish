@@ -211,6 +211,7 @@ complete -c sbx -n $s -l tls-key -r -F -d 'PEM private key of --tls-cert'
 complete -c sbx -n $s -l log-format -x -a 'plain json' -d 'Request log format (default plain)'
 complete -c sbx -n $s -l api-key-file -r -F -d 'Read the admin API key from this file'
 complete -c sbx -n $s -l insecure-dev -d 'Run without a key, on a loopback address only'
+complete -c sbx -n $s -l require-kvm -d 'Refuse to start unless micro-VMs get hardware KVM (not PVM)'
 
 # pool.
 set -l p '__fish_seen_subcommand_from pool'

@@ -4,8 +4,12 @@
 # into SBX_DENO_HOME (default /usr/local/lib/sbx/deno, where sbx looks), and
 # makes the per-host Pyodide snapshot so the first sandbox starts fast.
 # Usage: scripts/setup-deno.sh          (called by scripts/setup.sh; needs npm)
+#        /usr/libexec/sbx/setup-deno.sh  (installed by the Debian package)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")" && pwd)
+# In the sources the package files are agent-deno/; installed, PREFIX/share/sbx/deno.
+pkg=$here/../agent-deno
+[[ -f $pkg/package-lock.json ]] || pkg=$here/../../share/sbx/deno
 prefix=${SBX_DENO_HOME:-/usr/local/lib/sbx/deno}
 
 if ! command -v npm >/dev/null; then
@@ -18,13 +22,13 @@ if ! command -v npm >/dev/null; then
   apt-get install -y -qq --no-install-recommends npm >/dev/null
 fi
 
-want=$(sha256sum agent-deno/package-lock.json | cut -d' ' -f1)
+want=$(sha256sum "$pkg/package-lock.json" | cut -d' ' -f1)
 if [[ -f "$prefix/.installed-lock" && "$(cat "$prefix/.installed-lock")" == "$want" ]] &&
    compgen -G "$prefix/node_modules/@deno/linux-*/deno" >/dev/null && [[ -f "$prefix/node_modules/pyodide/pyodide.mjs" ]]; then
   echo "setup-deno: deno and pyodide already installed in $prefix"
 else
   mkdir -p "$prefix"
-  cp agent-deno/package.json agent-deno/package-lock.json "$prefix/"
+  cp "$pkg/package.json" "$pkg/package-lock.json" "$prefix/"
   # --ignore-scripts: the deno package's postinstall only links the binary
   # that its platform package (@deno/linux-*) already ships.
   (cd "$prefix" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)

@@ -57,7 +57,15 @@ void make_tree_readable(const std::string& root) {
       16, FTW_PHYS);
 }
 
-const char* kInstallHint = "run scripts/setup-deno.sh (npm installs the pinned deno and pyodide), or point SBX_DENO_HOME at its prefix";
+// The runtime is npm's, not Debian's: neither the sources nor the package ship
+// it, both have the one command that installs it (the package's beside sbx-agent).
+std::string install_hint() {
+  std::string here = sbx_binary_dir();
+  std::string installed = here.empty() ? "" : here + "/../libexec/sbx/setup-deno.sh";
+  char real[PATH_MAX];
+  std::string cmd = !installed.empty() && ::realpath(installed.c_str(), real) ? std::string(real) : "scripts/setup-deno.sh";
+  return "run " + cmd + " (npm installs the pinned deno and pyodide; not Debian packages), or point SBX_DENO_HOME at its prefix";
+}
 
 }  // namespace
 
@@ -77,10 +85,10 @@ Runtime find_runtime() {
       break;
     }
   if (rt.deno.empty())
-    throw Error(Errc::not_found, "deno not found under " + mods).set_hint(kInstallHint);
+    throw Error(Errc::not_found, "deno not found under " + mods).set_hint(install_hint());
   rt.pyodide = mods + "/pyodide/";
   if (!path_exists(rt.pyodide + "pyodide.mjs") || !path_exists(rt.pyodide + "pyodide.asm.wasm"))
-    throw Error(Errc::not_found, "pyodide not found at " + rt.pyodide).set_hint(kInstallHint);
+    throw Error(Errc::not_found, "pyodide not found at " + rt.pyodide).set_hint(install_hint());
   rt.version = "deno " + package_version(mods + "/deno") + ", pyodide " + package_version(mods + "/pyodide");
 
   std::string tried;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
@@ -355,6 +356,32 @@ std::vector<Probe> probe(const Config& cfg, bool deep) {
   bool all = out.back().ok;
   if (deep && ok && !guest.empty() && root && all) out.push_back(smoke_boot(cfg, [&](const Config& c) { return make(c); }));
   return out;
+}
+
+std::vector<Probe> kvm_start_checks(const Config& cfg) {
+  auto checks = probe(cfg, false);
+  Accel dev = detect_kvm();
+  Probe kvm{dev.kvm, "KVM", dev.kvm ? "/dev/kvm works and is not PVM" : dev.why, dev.fix};
+  const char* forced = std::getenv("SBX_MICROVM_ACCEL");
+  if (kvm.ok && forced && std::string(forced) == "tcg") {
+    kvm = {false, "KVM", "SBX_MICROVM_ACCEL=tcg forces TCG emulation", "unset SBX_MICROVM_ACCEL"};
+  }
+  // Replaces the advisory acceleration line: under --require-kvm it is the point.
+  for (auto& c : checks)
+    if (c.name == "acceleration") c = kvm;
+  return checks;
+}
+
+void require_checks(const std::vector<Probe>& checks) {
+  std::string failed, hint;
+  for (auto& c : checks) {
+    if (c.ok) continue;
+    failed += (failed.empty() ? "" : "; ") + c.name + ": " + c.detail;
+    if (hint.empty()) hint = c.remedy;
+  }
+  if (failed.empty()) return;
+  throw Error(Errc::unavailable, "micro-VMs cannot run with hardware isolation here (--require-kvm): " + failed)
+      .set_hint(hint.empty() ? "see `sbx doctor --driver microvm`" : hint);
 }
 
 std::unique_ptr<Driver> make(const Config& cfg) { return std::make_unique<MicrovmDriver>(cfg); }

@@ -16,6 +16,12 @@ namespace sbx::microvm {
 
 /// The probes doctor prints for this driver.
 std::vector<Probe> probe(const Config& cfg, bool deep);
+/// The checks of `sbx serve --require-kvm`: probe()'s, with hardware KVM
+/// (detect_kvm(), whatever SBX_MICROVM_ACCEL says) required instead of advised.
+std::vector<Probe> kvm_start_checks(const Config& cfg);
+/// Throws unavailable naming each failed check of kvm_start_checks, with the
+/// first one's remedy as the hint.
+void require_checks(const std::vector<Probe>& checks);
 /// A driver instance.
 std::unique_ptr<Driver> make(const Config& cfg);
 

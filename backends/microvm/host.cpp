@@ -1,10 +1,14 @@
 #include "backends/microvm/host.hpp"
 
 #include <fcntl.h>
+#include <linux/kvm.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "core/agent_client.hpp"
@@ -13,18 +17,33 @@
 
 namespace sbx::microvm {
 
-Accel choose_accel() {
-  const char* forced = std::getenv("SBX_MICROVM_ACCEL");
-  std::string f = forced ? forced : "";
-  if (f == "tcg") return {false, "SBX_MICROVM_ACCEL=tcg"};
-  if (f == "kvm") return {true, "SBX_MICROVM_ACCEL=kvm"};
+Accel detect_kvm() {
+  const char* other_host = "run the micro-VM manager on a host with hardware KVM (bare metal, or a VM with nested "
+                           "virtualization: /sys/module/kvm_intel/parameters/nested or kvm_amd's is Y)";
+  if (!path_exists("/dev/kvm"))
+    return {false, "no /dev/kvm", "load the KVM module (modprobe kvm_intel or kvm_amd; virtualization on in the firmware), or " +
+                                      std::string(other_host)};
   Fd kvm(::open("/dev/kvm", O_RDWR | O_CLOEXEC));
-  if (!kvm) return {false, path_exists("/dev/kvm") ? "/dev/kvm cannot be opened" : "no /dev/kvm"};
+  if (!kvm) return {false, "/dev/kvm cannot be opened (" + std::string(std::strerror(errno)) + ")",
+                    "run sbx as root (or in the kvm group), and give a container --device /dev/kvm"};
+  if (::ioctl(kvm.get(), KVM_GET_API_VERSION, 0) != KVM_API_VERSION)
+    return {false, "/dev/kvm does not answer the KVM API (version " + std::to_string(KVM_API_VERSION) + ")", other_host};
+  Fd vm(::ioctl(kvm.get(), KVM_CREATE_VM, 0));
+  if (!vm) return {false, "/dev/kvm cannot create a VM (" + std::string(std::strerror(errno)) + ")", other_host};
   // PVM (nested KVM without hardware support) runs only PVM-patched guest
   // kernels: a stock kernel aborts or stalls there, so it is TCG here too.
   if (path_exists("/sys/module/kvm_pvm"))
-    return {false, "/dev/kvm is PVM (kvm_pvm), which needs a PVM guest kernel"};
-  return {true, "/dev/kvm"};
+    return {false, "/dev/kvm is PVM (kvm_pvm), which needs a PVM guest kernel",
+            std::string(other_host) + "; here, serve runsc (gVisor) sandboxes with sbx-serve instead"};
+  return {true, "/dev/kvm", ""};
+}
+
+Accel choose_accel() {
+  const char* forced = std::getenv("SBX_MICROVM_ACCEL");
+  std::string f = forced ? forced : "";
+  if (f == "tcg") return {false, "SBX_MICROVM_ACCEL=tcg", "unset SBX_MICROVM_ACCEL"};
+  if (f == "kvm") return {true, "SBX_MICROVM_ACCEL=kvm", ""};
+  return detect_kvm();
 }
 
 std::unique_ptr<Vmm> choose_vmm(const Accel& accel) {

@@ -15,10 +15,14 @@ namespace sbx::microvm {
 struct Accel {
   bool kvm = false;
   std::string why;  ///< what was found ("/dev/kvm is PVM (nested)...")
+  std::string fix;  ///< what makes KVM usable, when it is not
 };
 
-/// KVM when /dev/kvm opens and is not PVM (which boots only PVM-patched
-/// guest kernels); else TCG. SBX_MICROVM_ACCEL=kvm|tcg overrides.
+/// What /dev/kvm is, whatever SBX_MICROVM_ACCEL says: KVM when it opens,
+/// answers the stable KVM API, creates a VM and is not PVM (which boots only
+/// PVM-patched guest kernels).
+Accel detect_kvm();
+/// detect_kvm()'s verdict (KVM, else TCG); SBX_MICROVM_ACCEL=kvm|tcg overrides.
 Accel choose_accel();
 /// cloud-hypervisor when installed and KVM is usable, else QEMU;
 /// SBX_MICROVM_VMM=qemu|cloud-hypervisor overrides. Throws not_found when none is installed.
