@@ -11,6 +11,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/config_internal.hpp"
 #include "core/error.hpp"
 #include "core/netaddr.hpp"
 #include "core/fsutil.hpp"
@@ -20,7 +21,8 @@ extern char** environ;
 
 namespace sbx {
 
-namespace {
+// The helpers config_server.cpp shares (config_internal.hpp) are defined here too.
+namespace config_detail {
 
 constexpr const char* kSystemConfig = "/etc/sbx/config.yaml";
 constexpr uint64_t kMiB = 1024 * 1024;
@@ -35,11 +37,7 @@ const std::vector<std::string> kTopKeys = {
 const std::vector<std::string> kDefaultsKeys = {"memory", "pids", "cpus", "disk",
                                                 "network", "idle_timeout", "ttl", "image"};
 const std::vector<std::string> kImagesKeys = {"dir", "apt_cache"};
-const std::vector<std::string> kServerKeys = {"listen",  "tls_cert", "tls_key", "log_format",
-                                              "api_keys", "max_sandboxes_per_key", "max_execs_per_key",
-                                              "reap_interval", "drain_timeout", "default_network", "images"};
 const std::vector<std::string> kNetworkKeys = {"pool", "dns"};
-const std::vector<std::string> kApiKeyKeys = {"name", "key", "key_file", "permissions"};
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -58,20 +56,6 @@ bool has_control_char(std::string_view s) {
     if (std::iscntrl(static_cast<unsigned char>(c))) return true;
   return false;
 }
-
-// A scalar from the YAML file, with the line it was on for messages.
-struct FileValue {
-  std::string text;
-  int line = 0;
-};
-using FileValues = std::map<std::string, FileValue>;  // "state_dir", "defaults.memory", ...
-
-// One chosen value: the text, where it came from, and how to name it in an error.
-struct Setting {
-  std::string text;
-  std::string origin;
-  std::string label;
-};
 
 Error yaml_error(const std::string& file, const YAML::Exception& e) {
   std::string where = file;
@@ -115,12 +99,13 @@ void collect(const YAML::Node& map, const std::string& prefix, const std::vector
     if (!seen.insert(key).second)
       throw Error(Errc::invalid_argument, "key '" + key + "' appears twice in " + file + " (line " +
                                               std::to_string(line) + ")");
-    if (key == "defaults" || key == "server" || key == "network" || key == "images") {
+    if (key == "defaults" || key == "server" || key == "network" || key == "images" || key == "server.fleet") {
       if (kv.second.IsNull()) continue;
       if (!kv.second.IsMap())
         throw Error(Errc::invalid_argument, "'" + key + "' in " + at + " must be a mapping of keys");
       collect(kv.second, key + ".",
               key == "server"    ? kServerKeys
+              : key == "server.fleet" ? kFleetKeys
               : key == "network" ? kNetworkKeys
               : key == "images"  ? kImagesKeys
                                  : kDefaultsKeys,
@@ -138,31 +123,7 @@ void collect(const YAML::Node& map, const std::string& prefix, const std::vector
       continue;
     }
     if (key == "server.api_keys") {
-      if (!kv.second.IsSequence())
-        throw Error(Errc::invalid_argument, "'server.api_keys' in " + at + " must be a list of {name, key_file, permissions}");
-      int i = 0;
-      for (const auto& item : kv.second) {
-        const std::string item_at = file + " line " + std::to_string(item.Mark().line + 1);
-        if (!item.IsMap()) throw Error(Errc::invalid_argument, "an entry of server.api_keys in " + item_at + " is not a mapping");
-        std::string p = "server.api_keys." + std::to_string(i++) + ".";
-        for (const auto& f : item) {
-          std::string fk = f.first.Scalar();
-          bool ok = false;
-          for (const auto& a : kApiKeyKeys) ok = ok || a == fk;
-          if (!ok)
-            throw Error(Errc::invalid_argument, "unknown key '" + fk + "' in a server.api_keys entry in " + item_at +
-                                                    " (accepted: " + join(kApiKeyKeys) + ")");
-          std::string text;
-          if (f.second.IsSequence()) {
-            for (const auto& perm : f.second) text += (text.empty() ? "" : ",") + perm.Scalar();
-          } else if (f.second.IsScalar()) {
-            text = f.second.Scalar();
-          } else {
-            throw Error(Errc::invalid_argument, "server.api_keys entry field '" + fk + "' in " + item_at + " has no value");
-          }
-          out[p + fk] = FileValue{text, f.first.Mark().line + 1};
-        }
-      }
+      collect_api_keys(kv.second, at, file, out);
       continue;
     }
     if (kv.second.IsNull()) throw Error(Errc::invalid_argument, "key '" + key + "' in " + at + " has no value");
@@ -186,37 +147,6 @@ FileValues parse_yaml(const std::string& text, const std::string& file) {
   }
   return out;
 }
-
-class Resolver {
- public:
-  Resolver(const ConfigInputs& in, FileValues file, std::string file_name)
-      : in_(in), file_(std::move(file)), file_name_(std::move(file_name)) {}
-
-  // Empty variables count as unset: compose files and wrappers write `VAR=` to mean "not set".
-  const std::string* env(const std::string& name) const {
-    auto it = in_.env.find(name);
-    return it == in_.env.end() || it->second.empty() ? nullptr : &it->second;
-  }
-
-  std::optional<Setting> from_file(const std::string& key) const {
-    auto it = file_.find(key);
-    if (it == file_.end()) return std::nullopt;
-    return Setting{it->second.text, "file " + file_name_,
-                   key + " in " + file_name_ + " line " + std::to_string(it->second.line)};
-  }
-
-  std::optional<Setting> pick(const std::string& env_name, const std::string& key) const {
-    if (const auto* v = env(env_name)) return Setting{*v, "env " + env_name, env_name};
-    return from_file(key);
-  }
-
-  const std::string& file_name() const { return file_name_; }
-
- private:
-  const ConfigInputs& in_;
-  FileValues file_;
-  std::string file_name_;
-};
 
 Error bad_choice(const Setting& s, std::string_view what, const std::vector<std::string>& accepted) {
   return Error(Errc::invalid_argument, s.label + ": unknown " + std::string(what) + " '" + s.text +
@@ -385,65 +315,6 @@ void set_image_dirs(Config& c, const ConfigInputs& in, const Resolver& r) {
   }
 }
 
-// The server section: scalars, then the api_keys entries (numbered by parse order).
-void set_server(Config& c, const Resolver& r) {
-  auto& sv = c.server;
-  if (auto s = r.from_file("server.listen")) sv.listen = s->text;
-  if (auto s = r.from_file("server.tls_cert")) sv.tls_cert = s->text;
-  if (auto s = r.from_file("server.tls_key")) sv.tls_key = s->text;
-  if (auto s = r.from_file("server.log_format")) sv.log_format = choose(*s, "log format", {"plain", "json"});
-  if (auto s = r.from_file("server.max_sandboxes_per_key")) sv.max_sandboxes_per_key = static_cast<int>(parse_uint(*s));
-  if (auto s = r.from_file("server.max_execs_per_key")) sv.max_execs_per_key = static_cast<int>(parse_uint(*s));
-  if (auto s = r.from_file("server.reap_interval")) sv.reap_interval_s = std::max<uint64_t>(1, duration_s(*s));
-  if (auto s = r.from_file("server.drain_timeout")) sv.drain_timeout_s = duration_s(*s);
-  if (auto s = r.from_file("server.default_network"))
-    sv.default_network = choose(*s, "network mode", {"none", "jail"});
-  for (int i = 0;; ++i) {
-    std::string p = "server.api_keys." + std::to_string(i) + ".";
-    auto name = r.from_file(p + "name");
-    auto key = r.from_file(p + "key");
-    auto key_file = r.from_file(p + "key_file");
-    auto perms = r.from_file(p + "permissions");
-    if (!name && !key && !key_file && !perms) break;
-    std::string where = "server.api_keys entry " + std::to_string(i + 1) + " in " + r.file_name();
-    if (!name || name->text.empty()) throw Error(Errc::invalid_argument, where + " has no name");
-    ApiKeyConfig k;
-    k.name = name->text;
-    if (key && key_file) throw Error(Errc::invalid_argument, where + " sets both key and key_file");
-    if (key) k.key = key->text;
-    else if (key_file) {
-      std::string path = key_file->text;
-      auto slash = r.file_name().rfind('/');
-      if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = r.file_name().substr(0, slash + 1) + path;
-      auto text = read_file_if_exists(path);
-      if (!text) throw Error(Errc::not_found, where + ": key file " + path + " does not exist");
-      while (!text->empty() && std::isspace(static_cast<unsigned char>(text->back()))) text->pop_back();
-      k.key = *text;
-    }
-    if (k.key.empty() || has_control_char(k.key))
-      throw Error(Errc::invalid_argument, where + " (" + k.name + ") has an empty or unprintable key");
-    if (perms) {
-      std::string t = perms->text;
-      size_t pos = 0;
-      while (pos <= t.size()) {
-        size_t comma = t.find(',', pos);
-        if (comma == std::string::npos) comma = t.size();
-        std::string one = t.substr(pos, comma - pos);
-        while (!one.empty() && std::isspace(static_cast<unsigned char>(one.front()))) one.erase(0, 1);
-        while (!one.empty() && std::isspace(static_cast<unsigned char>(one.back()))) one.pop_back();
-        if (!one.empty()) {
-          if (one != "sandboxes:read" && one != "sandboxes:write" && one != "sandboxes:run" && one != "sandboxes:admin")
-            throw Error(Errc::invalid_argument, where + " (" + k.name + "): unknown permission '" + one + "'")
-                .set_hint("permissions: sandboxes:read, sandboxes:write, sandboxes:run, sandboxes:admin");
-          k.permissions.push_back(one);
-        }
-        pos = comma + 1;
-      }
-    }
-    sv.api_keys.push_back(std::move(k));
-  }
-}
-
 // The warm pool's sizes: SBX_POOL replaces the file's whole `pool:` mapping.
 void set_pool(Config& c, const Resolver& r, const std::vector<std::string>& file_keys) {
   constexpr uint64_t kMaxPoolSize = 64;
@@ -484,20 +355,6 @@ void set_pool(Config& c, const Resolver& r, const std::vector<std::string>& file
     auto s = r.from_file(k);
     add(k.substr(5), *s);
     c.origin["pool"] = s->origin;
-  }
-}
-
-// server.images: the images the manager's API may name, each an absolute directory.
-void set_images(Config& c, const Resolver& r, const std::vector<std::string>& file_keys) {
-  const std::string prefix = "server.images.";
-  for (auto& k : file_keys) {
-    if (k.rfind(prefix, 0) != 0) continue;
-    auto s = r.from_file(k);
-    if (s->text.empty() || s->text.front() != '/')
-      throw Error(Errc::invalid_argument, s->label + ": '" + s->text + "' is not an absolute directory")
-          .set_hint("server.images maps a name to the image's root directory, e.g. debian: /var/lib/sbx/images/debian");
-    c.server.images[k.substr(prefix.size())] = s->text;
-    c.origin["server.images"] = s->origin;
   }
 }
 
@@ -595,14 +452,15 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
   }
   set_defaults(c, r);
   set_image_dirs(c, in, r);
-  set_server(c, r);
+  set_server(c, in, r, file_keys);
   set_pool(c, r, file_keys);
-  set_images(c, r, file_keys);
   set_network(c, r);
   return c;
 }
 
-}  // namespace
+}  // namespace config_detail
+
+using namespace config_detail;
 
 bool parse_bool(std::string_view value, std::string_view name) {
   std::string v = lower(value);
@@ -655,6 +513,8 @@ ConfigInputs inputs_from_process() {
   }
   in.is_root = ::geteuid() == 0;
   if (const char* h = std::getenv("HOME")) in.home = h;
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) in.hostname = host;
   return in;
 }
 

@@ -21,6 +21,18 @@ struct ApiKeyConfig {
   std::vector<std::string> permissions;  ///< sandboxes:read | sandboxes:write | sandboxes:run
 };
 
+/// Many managers, each owning the sandboxes it created (docs/fleet.md): this
+/// manager's ordinal and how to reach a peer by its ordinal. Off (size 0) by
+/// default: a lone manager behaves as if there were no fleet.
+struct FleetConfig {
+  int size = 0;          ///< server.fleet.size / SBX_FLEET_SIZE: how many managers (ordinals 0..size-1)
+  int self = -1;         ///< server.fleet.self / SBX_FLEET_SELF; default: the hostname's trailing number (sbx-2: 2)
+  std::string peer_url;  ///< server.fleet.peer_url / SBX_FLEET_PEER_URL: "http://sbx-{n}.sbx-headless:8000"
+  bool enabled() const { return size > 0; }
+  /// peer_url with {n} replaced by `ordinal`.
+  std::string url_of(int ordinal) const;
+};
+
 /// Settings of `sbx serve` (config file section `server:`; flags override).
 struct ServerConfig {
   std::string listen;                    ///< HOST:PORT; empty = 0.0.0.0:8000 (8400 for microvm)
@@ -35,6 +47,7 @@ struct ServerConfig {
   /// guide's "network-jailed, NAT out" (drivers without a jail get none).
   std::string default_network = "jail";
   std::map<std::string, std::string> images;  ///< server.images: name -> root directory (the API names images, never host paths)
+  FleetConfig fleet;
 };
 
 struct Config {
@@ -84,6 +97,7 @@ struct ConfigInputs {
   std::optional<std::string> driver_flag;     ///< --driver
   bool is_root = true;                        ///< picks the default state root
   std::string home;                           ///< $HOME, for the non-root default state root
+  std::string hostname;                       ///< gethostname(): a StatefulSet pod's (sbx-2) gives the fleet ordinal
 };
 
 /// Resolves from inputs, reading the YAML file named by --config, $SBX_CONFIG,

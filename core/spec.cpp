@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <atomic>
 #include <chrono>
 #include <set>
 
@@ -187,15 +188,32 @@ int64_t now_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string new_sandbox_id() {
-  static constexpr char alphabet[] = "abcdefghijklmnopqrstuvwxyz234567";
+namespace {
+constexpr char kIdAlphabet[] = "abcdefghijklmnopqrstuvwxyz234567";
+std::atomic<int> id_owner{-1};
+
+int base32_value(char c) { return c >= 'a' && c <= 'z' ? c - 'a' : c - '2' + 26; }
+}  // namespace
+
+std::string new_sandbox_id(int ordinal) {
   unsigned char raw[12];
   if (::getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw))
     throw Error(Errc::internal, "getrandom failed");
   std::string id = "sbx_";
-  for (unsigned char c : raw) id += alphabet[c & 31];
+  for (unsigned char c : raw) id += kIdAlphabet[c & 31];
+  if (ordinal >= 0) {
+    // Big-endian base32, so an operator reads the owner off the id: sbx_aa... is manager 0, sbx_ac... manager 2.
+    id[4] = kIdAlphabet[(ordinal >> 5) & 31];
+    id[5] = kIdAlphabet[ordinal & 31];
+  }
   return id;
 }
+
+std::string new_sandbox_id() { return new_sandbox_id(id_owner.load()); }
+
+void set_sandbox_id_owner(int ordinal) { id_owner = ordinal; }
+
+int sandbox_id_owner(std::string_view id) { return base32_value(id[4]) << 5 | base32_value(id[5]); }
 
 bool valid_sandbox_id(std::string_view s) {
   if (s.size() != 16 || s.substr(0, 4) != "sbx_") return false;

@@ -28,6 +28,8 @@ inline constexpr uint64_t kUseDefault = UINT64_MAX;
 /// The label naming the owner of a sandbox (the manager sets it to the API key's
 /// name); a sandbox's name is unique among the sandboxes of one owner.
 inline constexpr const char* kOwnerLabel = "sbx.owner";
+/// How many managers a fleet may have: a sandbox id names its owner in its first two characters (10 bits).
+inline constexpr uint64_t kMaxFleetSize = 1024;
 
 /// The caller's request for a new sandbox.
 struct SandboxSpec {
@@ -142,8 +144,15 @@ void reject_unknown_fields(const nlohmann::json& j, std::initializer_list<const 
 
 /// Milliseconds since the epoch, wall clock.
 int64_t now_ms();
-/// A fresh random sandbox id.
+/// A fresh sandbox id: random, or, once set_sandbox_id_owner() named a fleet
+/// manager, its ordinal in the first two characters and 50 random bits after.
 std::string new_sandbox_id();
+/// A fresh id naming `ordinal` (0..kMaxFleetSize-1) as its owner.
+std::string new_sandbox_id(int ordinal);
+/// Makes this process's new ids name `ordinal` (sbx serve in a fleet); -1 = plain random ids.
+void set_sandbox_id_owner(int ordinal);
+/// The ordinal a valid id names (any id decodes to one: ids made outside a fleet name a random one).
+int sandbox_id_owner(std::string_view id);
 /// Whether s has the shape of a sandbox id (no path tricks possible).
 bool valid_sandbox_id(std::string_view s);
 /// Whether s can name a sandbox: 1-63 of [a-z0-9_.-], starting with a letter

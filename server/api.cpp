@@ -11,6 +11,7 @@
 #include "core/wire.hpp"
 #include "server/api_internal.hpp"
 #include "server/exec_stream.hpp"
+#include "server/fleet.hpp"
 
 namespace sbx::server {
 
@@ -164,7 +165,9 @@ HttpResponse Api::handle(const HttpRequest& req) {
   try {
     if (draining_ && req.path != "/healthz" && req.path != "/metrics")
       throw Error(Errc::unavailable, "the manager is shutting down").set_hint("retry against another manager");
-    r = route(req);
+    if (int owner = fleet_owner(req.path, forwarded_request(req)); owner >= 0) r = fleet_forward(req, owner);
+    else if (!req.key) throw Error(Errc::unauthenticated, "the token was refused");  // one meant for another manager
+    else r = route(req);
   } catch (const Error& e) {
     r = error_response(e);
   } catch (const std::exception& e) {
@@ -374,7 +377,7 @@ HttpResponse Api::list(const HttpRequest& req) {
     arr.push_back(public_record(r));
   }
   // A bare array: the platform's SDK reads the list as one (sbx's own client does too).
-  return json_response(200, arr);
+  return fleet_list(req, std::move(arr));
 }
 
 HttpResponse Api::remove(const HttpRequest& /*req*/, const SandboxRecord& rec) {

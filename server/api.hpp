@@ -81,9 +81,13 @@ struct HttpResponse {
   /// A WebSocket session: the HTTP layer answers 101 and runs this on a thread of
   /// its own with the upgraded connection (needs the request's websocket_key).
   std::function<void(ws::Connection&)> websocket;
+  /// Or the same with the raw upgraded socket and the bytes the client sent after
+  /// its request (a WebSocket another manager serves, relayed: server/fleet.hpp).
+  std::function<void(int sock, std::string extra_in)> upgraded;
 };
 
 struct ExecBody;  // an exec request's body, parsed (api_internal.hpp)
+class Fleet;      // many managers (server/fleet.hpp)
 
 class Api {
  public:
@@ -115,6 +119,11 @@ class Api {
   /// Kills every command still streaming (after the drain grace period).
   void cancel_all();
   Metrics& metrics() { return metrics_; }
+  /// Makes this manager one of a fleet: requests for sandboxes other managers own go there.
+  void set_fleet(std::shared_ptr<const Fleet> fleet) { fleet_ = std::move(fleet); }
+  /// In a fleet, the ordinal of the manager a request for `path` must go to, or -1 to
+  /// answer it here (fleet.cpp); throws when a passed-on request names another manager.
+  int fleet_owner(const std::string& path, bool forwarded);
   const Config& config() const { return cfg_; }
 
  private:
@@ -122,6 +131,10 @@ class Api {
   HttpResponse sandbox_route(const HttpRequest& req, const std::string& rest);
   HttpResponse create(const HttpRequest& req);
   HttpResponse list(const HttpRequest& req);
+  /// The list's answer: `here` alone, or with every peer's in a fleet (fleet.cpp).
+  HttpResponse fleet_list(const HttpRequest& req, nlohmann::json here);
+  /// `req` passed on to the manager `owner` (fleet.cpp).
+  HttpResponse fleet_forward(const HttpRequest& req, int owner);
   HttpResponse remove(const HttpRequest& req, const SandboxRecord& rec);
   /// Our exec (argv) on `rec`, or /v1/run's one-shot when rec is nullptr.
   HttpResponse exec(const HttpRequest& req, const SandboxRecord* rec);
@@ -207,6 +220,7 @@ class Api {
   std::mutex probes_mu_;
   nlohmann::json probed_drivers_ = nlohmann::json::array();  ///< /healthz's drivers, from refresh_probes()
   bool default_driver_ok_ = false;
+  std::shared_ptr<const Fleet> fleet_;
 };
 
 /// A record as the API shows it: host-private fields (pids, uid range) left out.

@@ -3,22 +3,11 @@
 // agent's stream: no network needed). Each request is one HTTP/1.1 exchange
 // with `Connection: close` on a connection of its own; the answer is streamed
 // back as it arrives.
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cctype>
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <set>
-
 #include "core/error.hpp"
 #include "core/unix_socket.hpp"
 #include "server/api.hpp"
 #include "server/api_internal.hpp"
+#include "server/http_relay.hpp"
 
 namespace sbx::server {
 
@@ -26,226 +15,14 @@ namespace {
 
 // How long the server in the sandbox may take to start its answer.
 constexpr int kHeadTimeoutMs = 120'000;
-constexpr size_t kMaxHeadBytes = 64 * 1024;
-constexpr size_t kChunk = 64 * 1024;
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t");
-  auto e = s.find_last_not_of(" \t\r");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-// Headers that describe one hop, not the message (RFC 9110 7.6.1), plus what
-// the manager itself answers for (the caller's key, Expect: libmicrohttpd sent the 100 already).
-bool hop_by_hop(const std::string& name, const std::set<std::string>& listed_in_connection) {
-  static const std::set<std::string> fixed = {"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-                                              "proxy-authorization", "te", "trailer", "trailers",
-                                              "transfer-encoding", "upgrade", "x-api-key", "expect"};
-  return fixed.count(name) || listed_in_connection.count(name);
-}
-
-std::set<std::string> connection_tokens(const std::vector<std::pair<std::string, std::string>>& headers) {
-  std::set<std::string> out;
-  for (auto& [k, v] : headers) {
-    if (lower(k) != "connection") continue;
-    for (size_t pos = 0; pos <= v.size();) {
-      size_t end = std::min(v.find(',', pos), v.size());
-      if (auto t = lower(trim(v.substr(pos, end - pos))); !t.empty()) out.insert(t);
-      pos = end + 1;
-    }
-  }
-  return out;
-}
-
-std::string percent_encode(const std::string& s, const char* keep) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || std::strchr(keep, c)) out += static_cast<char>(c);
-    else out += {'%', hex[c >> 4], hex[c & 15]};
-  }
-  return out;
-}
-
-// The request line's target: libmicrohttpd hands over the path and query decoded, so they are encoded again.
-std::string request_target(const std::string& path, const HttpRequest& req) {
-  std::string t = percent_encode(path, "/-._~!$&'()*+,;=:@");
-  char sep = '?';
-  for (auto& [k, v] : req.args) {
-    // A preview link's token is the manager's credential, not the app's query.
-    if (req.token && k == "token") continue;
-    t += sep + percent_encode(k, "-._~") + "=" + percent_encode(v, "-._~");
-    sep = '&';
-  }
-  return t;
-}
-
-bool has_header(const HttpRequest& req, const std::string& name, const std::string& value_part = "") {
-  for (auto& [k, v] : req.headers)
-    if (lower(k) == name && lower(v).find(value_part) != std::string::npos) return true;
-  return false;
-}
-
-std::string request_head(const HttpRequest& req, const std::string& target, const std::string& prefix, bool chunked) {
-  std::string h = req.method + " " + target + " HTTP/1.1\r\n";
-  auto listed = connection_tokens(req.headers);
-  bool host = false;
-  for (auto& [k, v] : req.headers) {
-    std::string n = lower(k);
-    if (hop_by_hop(n, listed)) continue;
-    host = host || n == "host";
-    h += k + ": " + v + "\r\n";
-  }
-  if (!host) h += "Host: 127.0.0.1\r\n";
-  // Where the answer is seen from, for servers that build links (X-Forwarded-Prefix as Traefik and Spring use it).
-  h += "X-Forwarded-Prefix: " + prefix + "\r\n";
-  if (chunked) h += "Transfer-Encoding: chunked\r\n";
-  h += "Connection: close\r\n\r\n";
-  return h;
-}
-
-// The request's body into the sandbox: streamed from body_fd as it arrives, or what was buffered.
-void send_body(int sock, const HttpRequest& req, bool chunked) {
-  auto piece = [&](std::string_view data) {
-    if (data.empty()) return;
-    if (!chunked) return send_all(sock, data);
-    char len[24];
-    std::snprintf(len, sizeof len, "%zx\r\n", data.size());
-    send_all(sock, std::string(len) + std::string(data) + "\r\n");
+relay::Fail bad_gateway(uint16_t port, const std::string& id) {
+  return [port, id](Errc code, const std::string& what) {
+    if (code == Errc::timeout)
+      return Error(code, "the server on port " + std::to_string(port) + " in sandbox " + id + " " + what);
+    return Error(Errc::protocol, "the server on port " + std::to_string(port) + " in sandbox " + id + " " + what)
+        .set_hint("check the server inside the sandbox (sbx exec " + id + " -- ...)");
   };
-  if (req.body_fd < 0) piece(req.body);
-  else {
-    char buf[kChunk];
-    for (ssize_t n; (n = ::read(req.body_fd, buf, sizeof buf)) != 0;) {
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw sys_error("reading the request body", errno);
-      piece(std::string_view(buf, static_cast<size_t>(n)));
-    }
-    if (req.body_complete && !req.body_complete())
-      throw Error(Errc::io, "the client went away before the whole request body came");
-  }
-  if (chunked) send_all(sock, "0\r\n\r\n");
-}
-
-Error bad_gateway(const std::string& what, uint16_t port, const std::string& id) {
-  return Error(Errc::protocol, "the server on port " + std::to_string(port) + " in sandbox " + id + " " + what)
-      .set_hint("check the server inside the sandbox (sbx exec " + id + " -- ...)");
-}
-
-// The answer's body as it comes from the sandbox, unframed (libmicrohttpd frames it again for the client).
-class PortResponse : public ResponseStream {
- public:
-  enum class Framing { none, length, chunked, until_close };
-  PortResponse(Fd sock, std::string rest, Framing framing, uint64_t length)
-      : sock_(std::move(sock)), buf_(std::move(rest)), framing_(framing), left_(length) {}
-
-  ssize_t read(char* out, size_t max) override {
-    try {
-      return next(out, max);
-    } catch (const Error&) {
-      return -1;  // cut short: the client sees an answer that did not end properly
-    }
-  }
-  void cancel() override { ::shutdown(sock_.get(), SHUT_RDWR); }
-
- private:
-  // Reads more from the sandbox; false at its EOF.
-  bool fill() {
-    char tmp[kChunk];
-    for (;;) {
-      ssize_t n = ::read(sock_.get(), tmp, sizeof tmp);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw sys_error("reading from the sandbox", errno);
-      buf_.append(tmp, static_cast<size_t>(n));
-      return n > 0;
-    }
-  }
-  // Up to max bytes of the body that are buffered, at most `limit`.
-  ssize_t take(char* out, size_t max, uint64_t limit) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>({max, limit, buf_.size() - off_}));
-    std::memcpy(out, buf_.data() + off_, n);
-    off_ += n;
-    if (off_ == buf_.size()) buf_.clear(), off_ = 0;
-    return static_cast<ssize_t>(n);
-  }
-  // A whole line (a chunk size, the CRLF after a chunk) from the stream.
-  std::string line() {
-    size_t at;
-    while ((at = buf_.find("\r\n", off_)) == std::string::npos) {
-      if (buf_.size() - off_ > 4096 || !fill()) throw Error(Errc::protocol, "bad chunked encoding from the sandbox");
-    }
-    std::string l = buf_.substr(off_, at - off_);
-    off_ = at + 2;
-    return l;
-  }
-  ssize_t next(char* out, size_t max) {
-    switch (framing_) {
-      case Framing::none: return 0;
-      case Framing::until_close:
-        if (off_ == buf_.size() && !fill()) return 0;
-        return take(out, max, UINT64_MAX);
-      case Framing::length:
-        if (!left_) return 0;
-        if (off_ == buf_.size() && !fill()) throw Error(Errc::protocol, "the sandbox's answer ended early");
-        {
-          ssize_t n = take(out, max, left_);
-          left_ -= static_cast<uint64_t>(n);
-          return n;
-        }
-      case Framing::chunked:
-        if (!left_) {
-          if (in_chunk_) line();  // the CRLF that ends the last chunk
-          left_ = std::strtoull(line().c_str(), nullptr, 16);
-          in_chunk_ = true;
-          if (!left_) {
-            framing_ = Framing::none;  // trailers, if any, are left unread: the connection closes
-            return 0;
-          }
-        }
-        if (off_ == buf_.size() && !fill()) throw Error(Errc::protocol, "the sandbox's answer ended early");
-        {
-          ssize_t n = take(out, max, left_);
-          left_ -= static_cast<uint64_t>(n);
-          return n;
-        }
-    }
-    return 0;
-  }
-
-  Fd sock_;
-  std::string buf_;
-  size_t off_ = 0;
-  Framing framing_;
-  uint64_t left_;
-  bool in_chunk_ = false;
-};
-
-// Reads the answer's status line and headers (skipping 1xx interim answers); the rest stays in `buf`.
-std::string read_head(int sock, std::string& buf, uint16_t port, const std::string& id) {
-  for (;;) {
-    size_t end;
-    while ((end = buf.find("\r\n\r\n")) == std::string::npos) {
-      if (buf.size() > kMaxHeadBytes) throw bad_gateway("sent headers over 64 KiB", port, id);
-      pollfd p{sock, POLLIN, 0};
-      int r = ::poll(&p, 1, kHeadTimeoutMs);
-      if (r == 0) throw Error(Errc::timeout, "the server on port " + std::to_string(port) + " in sandbox " + id +
-                                                 " did not answer within " + std::to_string(kHeadTimeoutMs / 1000) + " s");
-      char tmp[kChunk];
-      ssize_t n = ::read(sock, tmp, sizeof tmp);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw bad_gateway("closed the connection without an HTTP answer", port, id);
-      buf.append(tmp, static_cast<size_t>(n));
-    }
-    std::string head = buf.substr(0, end + 2);
-    buf.erase(0, end + 4);
-    if (head.size() > 12 && head.compare(0, 5, "HTTP/") == 0 && head[9] == '1') continue;  // 100 Continue and friends
-    return head;
-  }
 }
 
 }  // namespace
@@ -269,48 +46,23 @@ HttpResponse Api::port_proxy(const HttpRequest& req, const SandboxRecord& rec, c
       return error_response(e, 502);
     throw;
   }
-  // A body of unknown length (the client sent it chunked; libmicrohttpd took the chunks apart) goes on chunked.
-  bool chunked = has_header(req, "transfer-encoding", "chunked");
-  send_all(sock.get(), request_head(req, request_target(path, req), prefix, chunked));
+  bool chunked = relay::has_header(req, "transfer-encoding", "chunked");
+  // Host as the client sent it; where the answer is seen from, for servers that build
+  // links (X-Forwarded-Prefix as Traefik and Spring use it).
+  std::string extra = relay::has_header(req, "host") ? "" : "Host: 127.0.0.1\r\n";
+  extra += "X-Forwarded-Prefix: " + prefix + "\r\n";
+  // A preview link's token is the manager's credential, not the app's query.
+  std::string target = relay::request_target(path, req, req.token ? "token" : "");
+  send_all(sock.get(), relay::request_head(req, target, {"x-api-key"}, extra));
   try {
-    send_body(sock.get(), req, chunked);
+    relay::send_body(sock.get(), req, chunked);
   } catch (const Error&) {
     // A server that answers without reading the whole body (an early 413, a redirect) still gets its answer through.
   }
+  auto fail = bad_gateway(static_cast<uint16_t>(port), rec.id);
   std::string buf;
-  std::string head = read_head(sock.get(), buf, static_cast<uint16_t>(port), rec.id);
-  HttpResponse r;
-  auto eol = head.find("\r\n");
-  std::string status_line = head.substr(0, eol);
-  if (status_line.size() < 12 || status_line.compare(0, 5, "HTTP/") != 0)
-    throw bad_gateway("answered something that is not HTTP", static_cast<uint16_t>(port), rec.id);
-  r.status = std::atoi(status_line.c_str() + 9);
-  if (r.status < 200 || r.status > 599) throw bad_gateway("answered status " + status_line.substr(9, 3), static_cast<uint16_t>(port), rec.id);
-  std::vector<std::pair<std::string, std::string>> headers;
-  for (size_t pos = eol + 2; pos < head.size();) {
-    size_t e = head.find("\r\n", pos);
-    std::string line = head.substr(pos, e - pos);
-    pos = e + 2;
-    auto colon = line.find(':');
-    if (colon != std::string::npos) headers.emplace_back(trim(line.substr(0, colon)), trim(line.substr(colon + 1)));
-  }
-  auto listed = connection_tokens(headers);
-  auto framing = PortResponse::Framing::until_close;
-  uint64_t length = 0;
-  r.content_type.clear();  // none unless the server sent one
-  for (auto& [k, v] : headers) {
-    std::string n = lower(k);
-    if (n == "transfer-encoding" && lower(v).find("chunked") != std::string::npos) framing = PortResponse::Framing::chunked;
-    else if (n == "content-length" && framing != PortResponse::Framing::chunked)
-      framing = PortResponse::Framing::length, length = std::strtoull(v.c_str(), nullptr, 10);
-    if (n == "content-length" || hop_by_hop(n, listed)) continue;
-    if (n == "content-type") r.content_type = v;
-    else r.headers.emplace_back(k, v);
-  }
-  if (req.method == "HEAD" || r.status == 204 || r.status == 304) framing = PortResponse::Framing::none;
-  if (framing == PortResponse::Framing::length) r.stream_size = static_cast<int64_t>(length);
-  r.stream = std::make_shared<PortResponse>(std::move(sock), std::move(buf), framing, length);
-  return r;
+  std::string head = relay::read_head(sock.get(), buf, kHeadTimeoutMs, -1, false, fail);
+  return relay::response_from(std::move(sock), head, std::move(buf), req.method, {}, fail);
 }
 
 }  // namespace sbx::server

@@ -13,12 +13,14 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
 #include "core/lazy_libs.hpp"
 #include "core/websocket.hpp"
+#include "server/fleet.hpp"
 
 namespace sbx::server {
 
@@ -96,6 +98,7 @@ struct Exchange {
   std::unique_ptr<StreamedUpload> upload;
   uint64_t received = 0;
   std::function<void(ws::Connection&)> websocket;  // the session to run once the 101 is out
+  std::function<void(int, std::string)> upgraded;  // or the raw relay of one another manager serves
 };
 
 // A process-unique, unguessable-enough id for correlating an answer with its log line.
@@ -138,11 +141,11 @@ bool header_has_token(const char* value, std::string_view token) {
 // upgrade callback must return before libmicrohttpd relays TLS for it.
 void start_websocket_session(const MhdApi& m, Exchange& ex, const char* extra, size_t extra_size, int sock,
                              MHD_UpgradeResponseHandle* urh) {
-  std::thread([&m, fn = std::move(ex.websocket), key = ex.req.websocket_key, in = std::string(extra, extra_size), sock,
-               urh] {
+  std::thread([&m, fn = std::move(ex.websocket), raw = std::move(ex.upgraded), key = ex.req.websocket_key,
+               in = std::string(extra, extra_size), sock, urh] {
     try {
-      auto c = ws::Connection::accept_upgraded(sock, key, in);
-      fn(*c);
+      if (raw) raw(sock, in);
+      else fn(*ws::Connection::accept_upgraded(sock, key, in));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "websocket session failed: %s\n", e.what());
     }
@@ -172,8 +175,9 @@ struct HttpServer::Impl {
   MHD_Result queue(MHD_Connection* c, Exchange& ex, HttpResponse r) {
     if (r.status >= 400) with_request_id(r, ex.req.request_id);
     MHD_Response* resp = nullptr;
-    if (r.websocket) {
+    if (r.websocket || r.upgraded) {
       ex.websocket = std::move(r.websocket);
+      ex.upgraded = std::move(r.upgraded);
       resp = m->MHD_create_response_for_upgrade(
           [](void* cls, MHD_Connection*, void* con_cls, const char* extra, size_t extra_size, MHD_socket sock,
              MHD_UpgradeResponseHandle* urh) {
@@ -235,6 +239,17 @@ struct HttpServer::Impl {
       const ApiKey* who = key ? api.authenticate(key) : nullptr;
       // Browsers cannot set headers on a WebSocket: a token in the query (server/tokens.hpp) stands in for the key.
       const char* token = key ? nullptr : m->MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token");
+      int owner = -1;  // in a fleet: the manager this request goes on to (server/fleet.hpp)
+      try {
+        owner = fleet_hop(c, *ex);
+      } catch (const Error& e) {
+        return early(c, *ex, e);
+      }
+      if (token && owner >= 0) {
+        ex->key_name = "(token, for " + std::to_string(owner) + ")";  // the owner made the token and checks it
+        ex->streamed = true;
+        return MHD_YES;
+      }
       if (token) {
         TokenGrant grant;
         if ((who = api.authenticate_token(token, ex->req.path, grant))) ex->req.token = grant;
@@ -247,7 +262,7 @@ struct HttpServer::Impl {
       ex->req.key = who;
       ex->key_name = who->name;
       // PUT is only the files route's; the port proxy streams a body of any method and size.
-      ex->streamed = ex->req.method == "PUT" || is_port_proxy_path(ex->req.path);
+      ex->streamed = ex->req.method == "PUT" || is_port_proxy_path(ex->req.path) || owner >= 0;
       return MHD_YES;
     }
     auto* ex = static_cast<Exchange*>(*state);
@@ -281,6 +296,17 @@ struct HttpServer::Impl {
       r = Api::error_response(Error(Errc::internal, "the manager failed this request"));
     }
     return queue(c, *ex, std::move(r));
+  }
+
+  // In a fleet: the owner a request goes on to (-1: answered here). A request passed on
+  // by another manager keeps that one's request id, so both log lines name the same.
+  int fleet_hop(MHD_Connection* c, Exchange& ex) {
+    bool forwarded = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, kForwardedHeader) != nullptr;
+    const char* rid = forwarded ? m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id") : nullptr;
+    if (rid && std::strlen(rid) == 22 && std::strncmp(rid, "req_", 4) == 0 &&
+        std::strspn(rid + 4, "0123456789abcdef") == 18)
+      ex.req.request_id = rid;
+    return api.fleet_owner(ex.req.path, forwarded);
   }
 
   // What the handler needs beyond method and path, read once the headers are in.

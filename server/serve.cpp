@@ -11,6 +11,7 @@
 
 #include "core/fsutil.hpp"
 #include "core/local_backend.hpp"
+#include "server/fleet.hpp"
 #include "server/http_server.hpp"
 #include "server/preflight.hpp"
 
@@ -199,8 +200,11 @@ int serve(const Config& config, const DriverTable& drivers, const ServeOptions& 
   ::pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  // In a fleet, new sandbox ids name this manager (server/fleet.hpp) before any is made.
+  if (cfg.server.fleet.enabled()) set_sandbox_id_owner(cfg.server.fleet.self);
   LocalBackend backend(cfg, drivers);
   Api api(cfg, drivers, backend, std::move(keys), limits);
+  if (cfg.server.fleet.enabled()) api.set_fleet(std::make_shared<Fleet>(cfg.server.fleet));
   // Restart: sandboxes outlived the previous manager; the registry knows them. Reap the dead now.
   size_t reaped = api.reap();
   HttpServer srv(api, http);
@@ -208,7 +212,10 @@ int serve(const Config& config, const DriverTable& drivers, const ServeOptions& 
   say("listening on " + std::string(http.tls_cert_pem.empty() ? "http" : "https") + "://" + http.host + ":" +
       std::to_string(srv.port()) + " (default driver " + default_driver_of(cfg) +
       (opts.insecure_dev ? ", INSECURE development mode" : "") + "); reaped " + std::to_string(reaped) +
-      " dead sandboxes at start");
+      " dead sandboxes at start" +
+      (cfg.server.fleet.enabled() ? "; fleet manager " + std::to_string(cfg.server.fleet.self) + " of " +
+                                        std::to_string(cfg.server.fleet.size) + ", peers at " + cfg.server.fleet.peer_url
+                                  : std::string()));
 
   Ticker reaper(std::chrono::seconds(cfg.server.reap_interval_s), false, [&] {
     try {
