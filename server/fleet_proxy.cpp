@@ -1,5 +1,5 @@
 // A request for another manager's sandbox, passed on to it: one HTTP/1.1
-// exchange on a connection of its own (http_relay.hpp), the client's key and
+// exchange (http_relay.hpp) on a kept-alive connection to that peer, the client's key and
 // headers kept, the body streamed from the client to the owner as it comes and
 // the answer from the owner to the client as it comes; a WebSocket upgrade goes
 // to the owner first and the client gets the 101 only once the owner gave one,

@@ -1,7 +1,8 @@
 // One HTTP/1.1 exchange passed on over a socket, streamed both ways: what the
 // port proxy (api_ports.cpp, to a server inside a sandbox) and the fleet proxy
-// (fleet_proxy.cpp, to the manager owning a sandbox) share. Each exchange has
-// a connection of its own (`Connection: close`); the answer's body is handed
+// (fleet_proxy.cpp, to the manager owning a sandbox) share. The port proxy
+// uses a connection per exchange (`Connection: close`); the fleet keeps its
+// connections alive (response_from's `reuse`). The answer's body is handed
 // back as a ResponseStream that reads the socket as the client takes it.
 #pragma once
 
