@@ -20,14 +20,17 @@ total() {  # total SIZE -> aggregate exec/s
   done
   wait "${pids[@]}"
   for ((n = 0; n < size; n++)); do
-    read -r rps _ _ < <(wrk_stats "$work/tp-$size-$n.txt")
+    rps=$(wrk_stats "$work/tp-$size-$n.txt" | cut -d' ' -f1) || true
+    [ -n "$rps" ] || { echo "bench: wrk against manager $n of $size gave no numbers:" >&2; cat "$work/tp-$size-$n.txt" >&2; exit 1; }
     sum=$(python3 -c "print($sum + $rps)")
   done
   stop_fleet
   echo "$sum"
 }
-one=$(total 1)
-three=$(total 3)
+# Not in $(...): a subshell would keep the managers it started from the cleanup trap.
+total 1 >"$work/one.txt"
+total 3 >"$work/three.txt"
+one=$(cat "$work/one.txt") three=$(cat "$work/three.txt")
 python3 - "$one" "$three" "$(nproc)" <<'PY'
 import sys
 one, three, cores = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -44,7 +45,7 @@ FleetRoute fleet_route(const FleetConfig& fleet, const std::string& path, bool f
 
 class Fleet {
  public:
-  explicit Fleet(FleetConfig cfg) : cfg_(std::move(cfg)) {}
+  explicit Fleet(FleetConfig cfg);
   const FleetConfig& config() const { return cfg_; }
   /// How messages name a manager: "manager 2 (http://sbx-2.sbx-headless:8000)".
   std::string name(int ordinal) const;
@@ -56,7 +57,9 @@ class Fleet {
   HttpResponse list(const HttpRequest& req, nlohmann::json here) const;
 
  private:
+  class Pool;
   FleetConfig cfg_;
+  std::shared_ptr<Pool> pool_;  ///< kept-alive connections to peers (fleet_proxy.cpp)
 };
 
 /// The 503 of a sandbox whose owner does not answer (`why`: what failed).

@@ -1,5 +1,5 @@
 // A request for another manager's sandbox, passed on to it: one HTTP/1.1
-// exchange on a connection of its own (http_relay.hpp), the client's key and
+// exchange (http_relay.hpp) on a kept-alive connection to that peer, the client's key and
 // headers kept, the body streamed from the client to the owner as it comes and
 // the answer from the owner to the client as it comes; a WebSocket upgrade goes
 // to the owner first and the client gets the 101 only once the owner gave one,
@@ -14,7 +14,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <chrono>
 #include <future>
+#include <map>
+#include <mutex>
 
 #include "core/error.hpp"
 #include "core/unix_socket.hpp"
@@ -142,21 +145,52 @@ void splice_both_ways(int client, Fd owner, const std::string& to_client, const 
 
 }  // namespace
 
+// Connections to peers whose last answer was read to its end, kept for the next
+// request: a new connection costs the owner a thread and ~1 ms.
+class Fleet::Pool {
+ public:
+  Fd take(int owner) {
+    std::lock_guard lock(mu_);
+    auto& idle = idle_[owner];
+    while (!idle.empty()) {
+      auto [fd, since] = std::move(idle.back());
+      idle.pop_back();
+      // Younger than libmicrohttpd's idle cutoff (60 s), and not closed or written to since.
+      pollfd p{fd.get(), POLLIN | POLLRDHUP, 0};
+      if (std::chrono::steady_clock::now() - since < kMaxIdle && ::poll(&p, 1, 0) == 0) return std::move(fd);
+    }
+    return Fd();
+  }
+  void give(int owner, Fd fd) {
+    std::lock_guard lock(mu_);
+    auto& idle = idle_[owner];
+    if (idle.size() < kMaxIdlePerPeer) idle.emplace_back(std::move(fd), std::chrono::steady_clock::now());
+  }
+
+ private:
+  static constexpr auto kMaxIdle = std::chrono::seconds(20);
+  static constexpr size_t kMaxIdlePerPeer = 16;
+  std::mutex mu_;
+  std::map<int, std::vector<std::pair<Fd, std::chrono::steady_clock::time_point>>> idle_;
+};
+
+Fleet::Fleet(FleetConfig cfg) : cfg_(std::move(cfg)), pool_(std::make_shared<Pool>()) {}
+
 HttpResponse Fleet::forward(const HttpRequest& req, int owner) const {
   const std::string url = cfg_.url_of(owner);
   const std::string what = "sandbox " + path_sandbox_id(req.path);
   // Kept by the answer's body stream, which outlives this call: no references.
   relay::Fail down = [](Errc, const std::string& why) { return Error(Errc::unavailable, why); };
-  Fd sock;
+  bool ws = !req.websocket_key.empty();
+  Fd sock = ws ? Fd() : pool_->take(owner);
   try {
-    sock = connect_peer(url);
+    if (!sock) sock = connect_peer(url);
   } catch (const Error& e) {
     return owner_down(*this, what, owner, e.what());
   }
-  bool ws = !req.websocket_key.empty();
   std::string head = relay::request_head(req, relay::request_target(req.path, req), kReplaced,
                                          forward_headers(cfg_, url, req) + (ws ? "Upgrade: websocket\r\n" : ""),
-                                         ws ? "Upgrade" : "close");
+                                         ws ? "Upgrade" : "keep-alive");
   try {
     send_all(sock.get(), head);
   } catch (const Error& e) {
@@ -184,7 +218,8 @@ HttpResponse Fleet::forward(const HttpRequest& req, int owner) const {
     };
     return r;
   }
-  return relay::response_from(std::move(sock), answer, std::move(buf), req.method, kOwnAnswer, down);
+  return relay::response_from(std::move(sock), answer, std::move(buf), req.method, kOwnAnswer, down,
+                              [pool = pool_, owner](Fd fd) { pool->give(owner, std::move(fd)); });
 }
 
 namespace {

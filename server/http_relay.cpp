@@ -40,8 +40,11 @@ std::string percent_encode(const std::string& s, const char* keep) {
 class Body : public ResponseStream {
  public:
   enum class Framing { none, length, chunked, until_close };
-  Body(Fd sock, std::string rest, Framing framing, uint64_t length, Fail fail)
-      : sock_(std::move(sock)), buf_(std::move(rest)), framing_(framing), left_(length), fail_(std::move(fail)) {}
+  Body(Fd sock, std::string rest, Framing framing, uint64_t length, Fail fail, Reuse reuse)
+      : sock_(std::move(sock)), buf_(std::move(rest)), framing_(framing), left_(length), fail_(std::move(fail)),
+        reuse_(std::move(reuse)) {
+    if (framing_ == Framing::none || (framing_ == Framing::length && !left_)) ended();
+  }
 
   ssize_t read(char* out, size_t max) override {
     try {
@@ -94,6 +97,7 @@ class Body : public ResponseStream {
         {
           ssize_t n = take(out, max, left_);
           left_ -= static_cast<uint64_t>(n);
+          if (!left_) ended();  // libmicrohttpd asks no more once it has Content-Length bytes
           return n;
         }
       case Framing::chunked:
@@ -102,7 +106,13 @@ class Body : public ResponseStream {
           left_ = std::strtoull(line().c_str(), nullptr, 16);
           in_chunk_ = true;
           if (!left_) {
-            framing_ = Framing::none;  // trailers, if any, are left unread: the connection closes
+            framing_ = Framing::none;
+            // Trailers are read only when the connection is to be used again; else it closes with them unread.
+            if (reuse_) {
+              while (!line().empty()) {
+              }
+              ended();
+            }
             return 0;
           }
         }
@@ -123,6 +133,15 @@ class Body : public ResponseStream {
   uint64_t left_;
   bool in_chunk_ = false;
   Fail fail_;
+  Reuse reuse_;
+
+  // The answer was read to its exact end: the connection may carry another exchange.
+  void ended() {
+    if (!reuse_ || off_ != buf_.size()) return;
+    auto reuse = std::move(reuse_);
+    reuse_ = nullptr;
+    reuse(std::move(sock_));
+  }
 };
 
 }  // namespace
@@ -238,7 +257,7 @@ std::string read_head(int sock, std::string& buf, int timeout_ms, int hangup_fd,
 }
 
 HttpResponse response_from(Fd sock, const std::string& head, std::string rest, const std::string& method,
-                           const std::set<std::string>& drop, const Fail& fail) {
+                           const std::set<std::string>& drop, const Fail& fail, Reuse reuse) {
   HttpResponse r;
   auto eol = head.find("\r\n");
   std::string status_line = head.substr(0, eol);
@@ -268,8 +287,10 @@ HttpResponse response_from(Fd sock, const std::string& head, std::string rest, c
     else r.headers.emplace_back(k, v);
   }
   if (method == "HEAD" || r.status == 204 || r.status == 304) framing = Body::Framing::none;
+  if (framing == Body::Framing::until_close || listed.count("close") || status_line.compare(0, 8, "HTTP/1.1") != 0)
+    reuse = nullptr;
   if (framing == Body::Framing::length) r.stream_size = static_cast<int64_t>(length);
-  r.stream = std::make_shared<Body>(std::move(sock), std::move(rest), framing, length, fail);
+  r.stream = std::make_shared<Body>(std::move(sock), std::move(rest), framing, length, fail, std::move(reuse));
   return r;
 }
 

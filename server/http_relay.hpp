@@ -1,7 +1,8 @@
 // One HTTP/1.1 exchange passed on over a socket, streamed both ways: what the
 // port proxy (api_ports.cpp, to a server inside a sandbox) and the fleet proxy
-// (fleet_proxy.cpp, to the manager owning a sandbox) share. Each exchange has
-// a connection of its own (`Connection: close`); the answer's body is handed
+// (fleet_proxy.cpp, to the manager owning a sandbox) share. The port proxy
+// uses a connection per exchange (`Connection: close`); the fleet keeps its
+// connections alive (response_from's `reuse`). The answer's body is handed
 // back as a ResponseStream that reads the socket as the client takes it.
 #pragma once
 
@@ -20,6 +21,8 @@ namespace sbx::server::relay {
 using Headers = std::vector<std::pair<std::string, std::string>>;
 /// How an exchange names its failures ("the server on port 8080 in sandbox X ...", "manager 2 ...").
 using Fail = std::function<Error(Errc code, const std::string& what)>;
+/// Takes back a connection whose answer was read to its exact end (keep-alive), for another exchange.
+using Reuse = std::function<void(Fd)>;
 
 std::string lower(std::string s);
 /// Whether a (lowercase) header describes one hop (RFC 9110 7.6.1) or is the
@@ -44,8 +47,10 @@ void send_body(int sock, const HttpRequest& req, bool chunked);
 std::string read_head(int sock, std::string& buf, int timeout_ms, int hangup_fd, bool upgrade, const Fail& fail);
 
 /// The answer `head` as an HttpResponse whose body streams from `sock` (after `rest`):
-/// status, Content-Type, the headers less hop-by-hop ones and `drop` (lowercase).
+/// status, Content-Type, the headers less hop-by-hop ones and `drop` (lowercase). With
+/// `reuse`, the socket is handed to it once the body was read to its end, unless the
+/// answer said `Connection: close` or ends at the connection's end.
 HttpResponse response_from(Fd sock, const std::string& head, std::string rest, const std::string& method,
-                           const std::set<std::string>& drop, const Fail& fail);
+                           const std::set<std::string>& drop, const Fail& fail, Reuse reuse = nullptr);
 
 }  // namespace sbx::server::relay
