@@ -8,7 +8,7 @@ packages=(
   build-essential cmake pkg-config git ccache
   libcli11-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcurl4-openssl-dev
   catch2 libarchive-dev libseccomp-dev libmicrohttpd-dev libsqlite3-dev libhttp-parser-dev libboost-dev
-  python3 python3-pytest python3-websockets procps iproute2 util-linux busybox-static
+  python3 python3-pytest python3-websockets python3-yaml procps iproute2 util-linux busybox-static
   libmnl-dev libnftables-dev nftables runsc
   qemu-system-x86 e2fsprogs cpio lz4 file
   mmdebstrap podman runc

@@ -26,6 +26,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== man pages and completions in step with the flags"
 python3 tests/check_docs_in_step.py --help-cmd build/sbx
 
+echo "== the Kubernetes manifests, offline"
+scripts/ci-manifests.sh
+
 echo "== integration tests (real sandboxes)"
 # The conformance tests run on every driver: the local subprocess driver,
 # through a real manager, gVisor (runsc), micro-VMs (QEMU) and deno (where they

@@ -51,9 +51,14 @@ HttpResponse Api::port_proxy(const HttpRequest& req, const SandboxRecord& rec, c
   // links (X-Forwarded-Prefix as Traefik and Spring use it).
   std::string extra = relay::has_header(req, "host") ? "" : "Host: 127.0.0.1\r\n";
   extra += "X-Forwarded-Prefix: " + prefix + "\r\n";
+  // A WebSocket to the server (a dev server's live reload, a notebook's
+  // kernel): the upgrade goes to it first, and the client gets the 101 only
+  // once the server gave one; then bytes pass both ways untouched.
+  bool ws = !req.websocket_key.empty();
+  if (ws) extra += "Upgrade: websocket\r\n";
   // A preview link's token is the manager's credential, not the app's query.
   std::string target = relay::request_target(path, req, req.token ? "token" : "");
-  send_all(sock.get(), relay::request_head(req, target, {"x-api-key"}, extra));
+  send_all(sock.get(), relay::request_head(req, target, {"x-api-key"}, extra, ws ? "Upgrade" : "close"));
   try {
     relay::send_body(sock.get(), req, chunked);
   } catch (const Error&) {
@@ -61,7 +66,8 @@ HttpResponse Api::port_proxy(const HttpRequest& req, const SandboxRecord& rec, c
   }
   auto fail = bad_gateway(static_cast<uint16_t>(port), rec.id);
   std::string buf;
-  std::string head = relay::read_head(sock.get(), buf, kHeadTimeoutMs, -1, false, fail);
+  std::string head = relay::read_head(sock.get(), buf, kHeadTimeoutMs, -1, ws, fail);
+  if (ws && relay::is_switching(head)) return relay::switched_to(std::move(sock), std::move(buf));
   return relay::response_from(std::move(sock), head, std::move(buf), req.method, {}, fail);
 }
 

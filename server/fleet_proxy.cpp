@@ -99,50 +99,6 @@ const std::set<std::string> kReplaced = {"host", "x-request-id", "x-sbx-forwarde
 // The owner's X-Request-Id is this request's (passed on), which this manager sends itself.
 const std::set<std::string> kOwnAnswer = {"x-request-id"};
 
-// Writes all of data to fd (the client's socket may be non-blocking).
-bool write_fully(int fd, const char* p, size_t n) {
-  while (n) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EAGAIN) {
-      pollfd q{fd, POLLOUT, 0};
-      ::poll(&q, 1, -1);
-      continue;
-    }
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-// Bytes both ways between the client's upgraded socket and the owner's until both
-// directions ended (each EOF is passed on as a half-close); the client's socket stays open.
-void splice_both_ways(int client, Fd owner, const std::string& to_client, const std::string& to_owner) {
-  if (!write_fully(client, to_client.data(), to_client.size()) ||
-      !write_fully(owner.get(), to_owner.data(), to_owner.size()))
-    return;
-  int fds[2] = {client, owner.get()};
-  bool open[2] = {true, true};
-  char buf[64 * 1024];
-  while (open[0] || open[1]) {
-    pollfd p[2] = {{fds[0], static_cast<short>(open[0] ? POLLIN : 0), 0}, {fds[1], static_cast<short>(open[1] ? POLLIN : 0), 0}};
-    if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
-    for (int i = 0; i < 2; ++i) {
-      if (!open[i] || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t n = ::recv(fds[i], buf, sizeof buf, MSG_DONTWAIT);
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n <= 0) {
-        open[i] = false;
-        ::shutdown(fds[1 - i], SHUT_WR);
-        if (n < 0) return;  // a reset: the other side goes too
-        continue;
-      }
-      if (!write_fully(fds[1 - i], buf, static_cast<size_t>(n))) return;
-    }
-  }
-}
-
 }  // namespace
 
 // Connections to peers whose last answer was read to its end, kept for the next
@@ -209,15 +165,7 @@ HttpResponse Fleet::forward(const HttpRequest& req, int owner) const {
     if (e.code() != Errc::unavailable) throw;
     return owner_down(*this, what, owner, e.what());
   }
-  if (ws && answer.size() > 12 && answer.compare(9, 3, "101") == 0) {
-    HttpResponse r;
-    r.status = 101;
-    // libmicrohttpd answers the client's upgrade with the same Sec-WebSocket-Accept the owner computed.
-    r.upgraded = [owner_sock = std::make_shared<Fd>(std::move(sock)), rest = std::move(buf)](int client, std::string extra) {
-      splice_both_ways(client, std::move(*owner_sock), rest, extra);
-    };
-    return r;
-  }
+  if (ws && relay::is_switching(answer)) return relay::switched_to(std::move(sock), std::move(buf));
   return relay::response_from(std::move(sock), answer, std::move(buf), req.method, kOwnAnswer, down,
                               [pool = pool_, owner](Fd fd) { pool->give(owner, std::move(fd)); });
 }

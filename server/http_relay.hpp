@@ -53,4 +53,16 @@ std::string read_head(int sock, std::string& buf, int timeout_ms, int hangup_fd,
 HttpResponse response_from(Fd sock, const std::string& head, std::string rest, const std::string& method,
                            const std::set<std::string>& drop, const Fail& fail, Reuse reuse = nullptr);
 
+/// Whether an answer head is a `101 Switching Protocols`.
+bool is_switching(const std::string& head);
+/// The client's 101 for an upstream that switched on `sock` (`rest`: what it sent
+/// past its head): libmicrohttpd answers with the same Sec-WebSocket-Accept, which
+/// both compute from the client's key, then splice_both_ways relays the bytes.
+HttpResponse switched_to(Fd sock, std::string rest);
+
+/// Bytes both ways between a client's upgraded socket and the upstream `server`
+/// (first `to_client` and `to_server`, what each side sent past the heads) until
+/// both directions ended, each EOF passed on as a half-close; `client` stays open.
+void splice_both_ways(int client, Fd server, const std::string& to_client, const std::string& to_server);
+
 }  // namespace sbx::server::relay

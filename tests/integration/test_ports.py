@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -337,3 +338,109 @@ def test_manager_proxy_preview_link_with_a_port_token(proxy_setup):
     # A "ws" token is not a preview link.
     ws_tok = m.request("POST", f"/v1/sandboxes/{sid}/tokens", {"scope": "ws"}).json()["token"]
     assert_error(m.request("GET", f"{base}/?token={ws_tok}", key=None), 401)
+
+
+# A WebSocket echo server (RFC 6455, stdlib only: the sandbox has no websockets
+# package): answers the upgrade, then echoes each message; "bye" closes.
+WS_SERVER = r"""
+import base64, hashlib, socket, struct, sys, threading
+def frame(op, data):
+    n = len(data)
+    head = bytes([0x80 | op]) + (bytes([n]) if n < 126 else bytes([126]) + struct.pack(">H", n) if n < 65536
+                                  else bytes([127]) + struct.pack(">Q", n))
+    return head + data
+def recv_exact(c, n):
+    b = b""
+    while len(b) < n:
+        got = c.recv(n - len(b))
+        if not got:
+            raise EOFError
+        b += got
+    return b
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(4096)
+    key = [l.split(b":", 1)[1].strip() for l in head.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key:")][0]
+    accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85").digest())
+    path = head.split(b" ")[1]
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+    c.sendall(frame(1, b"hello from " + path))
+    try:
+        while True:
+            b0, b1 = recv_exact(c, 2)
+            n = b1 & 0x7F
+            if n == 126: n = struct.unpack(">H", recv_exact(c, 2))[0]
+            elif n == 127: n = struct.unpack(">Q", recv_exact(c, 8))[0]
+            mask = recv_exact(c, 4)
+            data = bytes(x ^ mask[i % 4] for i, x in enumerate(recv_exact(c, n)))
+            op = b0 & 0x0F
+            if op == 8 or data == b"bye":
+                c.sendall(frame(8, struct.pack(">H", 1000)))
+                break
+            c.sendall(frame(op, data))
+    except EOFError:
+        pass
+    c.close()
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(8)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+def test_manager_proxy_passes_a_websocket_through(proxy_setup):
+    """A server's WebSocket (a dev server's live reload, a notebook kernel)
+    through /ports/N/...: the upgrade reaches it, its messages pass both ways
+    untouched; a server that does not upgrade gives its own answer."""
+    websockets = pytest.importorskip("websockets", reason="python3-websockets is not installed (scripts/setup.sh)")
+    import asyncio
+    m, sid, http_port, _ = proxy_setup
+    port = http_port + 1
+    conn, resp, _ = m.open_stream(sid, ["python3", "-u", "-c", WS_SERVER, str(port)], timeout=120)
+    try:
+        url = f"ws://{HOST}:{m.port}/v1/sandboxes/{sid}/ports/{port}/live?x=1"
+
+        async def session():
+            async with websockets.connect(url, extra_headers={"X-API-Key": m.key}, compression=None,
+                                          open_timeout=20, max_size=None) as ws:
+                first = await asyncio.wait_for(ws.recv(), 20)
+                await ws.send("ping")
+                text = await asyncio.wait_for(ws.recv(), 20)
+                big = os.urandom(300_000)
+                await ws.send(big)
+                echoed = await asyncio.wait_for(ws.recv(), 20)
+                await ws.send("bye")
+                await asyncio.wait_for(ws.wait_closed(), 20)
+                return first, text, echoed == big, ws.close_code
+
+        last = None
+        for _ in range(60):  # the server listens a moment after its exec began (502 until then)
+            try:
+                first, text, same, code = asyncio.run(session())
+                break
+            except (OSError, websockets.exceptions.InvalidStatusCode) as e:
+                last = e
+                time.sleep(1)
+        else:
+            pytest.fail(f"no WebSocket through the proxy: {last!r}")
+        assert first == "hello from /live?x=1" and text == "ping" and same and code == 1000
+        async def refused(target, headers):
+            async with websockets.connect(target, extra_headers=headers, open_timeout=10):
+                pass
+
+        # Without the key: 401 before anything reaches the sandbox.
+        with pytest.raises(websockets.exceptions.InvalidStatusCode) as e:
+            asyncio.run(refused(url, {}))
+        assert e.value.status_code == 401
+        # A plain HTTP server answers the upgrade with its own 200: the client gets that.
+        with pytest.raises(websockets.exceptions.InvalidStatusCode) as e:
+            asyncio.run(refused(f"ws://{HOST}:{m.port}/v1/sandboxes/{sid}/ports/{http_port}/", {"X-API-Key": m.key}))
+        assert e.value.status_code == 200
+    finally:
+        conn.close()
