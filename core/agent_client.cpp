@@ -172,12 +172,12 @@ std::optional<ExecResult> AgentClient::relay(uint32_t ch, ExecIO& io, bool stdin
       if (::read(io.signal_fd, &sig, sizeof sig) == static_cast<ssize_t>(sizeof sig))
         send_all(fd_.get(), proto::encode_json(proto::Type::signal, ch, {{"signal", sig}}));
     }
-    if (size_idx >= 0 && pfds[size_idx].revents) {
-      WindowSize ws;
-      if (::read(io.resize_fd, &ws, sizeof ws) == static_cast<ssize_t>(sizeof ws))
-        send_all(fd_.get(), proto::encode_json(proto::Type::resize, ch, {{"rows", ws.rows}, {"cols", ws.cols}}));
+    bool typed = stdin_idx >= 0 && pfds[stdin_idx].revents;
+    if (size_idx >= 0 && (pfds[size_idx].revents || typed)) {
+      if (auto ws = take_window_size(io.resize_fd))
+        send_all(fd_.get(), proto::encode_json(proto::Type::resize, ch, {{"rows", ws->rows}, {"cols", ws->cols}}));
     }
-    if (stdin_idx >= 0 && pfds[stdin_idx].revents) {
+    if (typed) {
       ssize_t got = ::read(io.stdin_fd, buf.data(), buf.size());
       if (got > 0) {
         if (!forward_input(fd_.get(), ch, std::string_view(buf.data(), static_cast<size_t>(got)), io, keys)) detach();

@@ -102,6 +102,13 @@ WindowWatch::~WindowWatch() {
   g_winch_pipe = -1;
 }
 
+std::optional<WindowSize> take_window_size(int fd) {
+  std::optional<WindowSize> newest;
+  WindowSize w;
+  while (::read(fd, &w, sizeof w) == static_cast<ssize_t>(sizeof w)) newest = w;
+  return newest;
+}
+
 bool DetachKeys::feed(std::string_view typed, std::string& forward) {
   for (char c : typed) {
     if (pending_) {

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <termios.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -55,6 +56,13 @@ class WindowWatch {
   Fd read_, write_;
   struct ::sigaction old_{};
 };
+
+/// The newest size waiting on a WindowWatch's pipe (older ones are stale), or
+/// nothing. Relays call it before forwarding typed input, not only when poll()
+/// reported the pipe: a SIGWINCH that came before the keystrokes may have been
+/// handled only on poll's way back, after it looked at the pipe, and the
+/// program must see the new size before it reads what was typed after it.
+std::optional<WindowSize> take_window_size(int fd);
 
 /// Finds the detach keys, Ctrl-P Ctrl-Q (as docker's), in what the user types.
 class DetachKeys {

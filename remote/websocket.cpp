@@ -124,7 +124,13 @@ void pump_input(ws::Connection& c, ExecIO& io, int wake) {
     }
     if (p[0].revents) return;
     bool sent = true;
-    if (in >= 0 && p[in].revents) {
+    bool typed = in >= 0 && p[in].revents;
+    // The size first: what was typed after a resize must find the new size.
+    if (rsz >= 0 && (p[rsz].revents || typed)) {
+      if (auto w = take_window_size(io.resize_fd))
+        if (!c.send(ws::Kind::text, json{{"resize", {{"rows", w->rows}, {"cols", w->cols}}}}.dump())) return;
+    }
+    if (typed) {
       ssize_t got = ::read(io.stdin_fd, buf.data() + 1, buf.size() - 1);
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
@@ -149,11 +155,6 @@ void pump_input(ws::Connection& c, ExecIO& io, int wake) {
       int s = 0;
       if (::read(io.signal_fd, &s, sizeof s) == static_cast<ssize_t>(sizeof s) && s > 0)
         sent = c.send(ws::Kind::text, json{{"signal", s}}.dump()) && sent;
-    }
-    if (rsz >= 0 && p[rsz].revents) {
-      WindowSize w;
-      if (::read(io.resize_fd, &w, sizeof w) == static_cast<ssize_t>(sizeof w))
-        sent = c.send(ws::Kind::text, json{{"resize", {{"rows", w.rows}, {"cols", w.cols}}}}.dump()) && sent;
     }
     if (!sent) return;
   }
@@ -180,8 +181,16 @@ Outcome run_session(ws::Connection& c, const json* first, ExecIO& io) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) throw sys_error("pipe", errno);
   Fd wake_r(p[0]), wake_w(p[1]);
+  // SIGWINCH is the pump's, the thread that sends what is typed: its handler
+  // then runs before the pump looks at keys typed after the resize, so the
+  // new size goes first (on another thread it could come after them).
+  sigset_t winch, before;
+  sigemptyset(&winch);
+  sigaddset(&winch, SIGWINCH);
+  pthread_sigmask(SIG_BLOCK, &winch, &before);
   std::thread pump([&] {
     block_sigpipe();
+    pthread_sigmask(SIG_UNBLOCK, &winch, nullptr);
     pump_input(c, io, wake_r.get());
   });
   Outcome out;
@@ -217,6 +226,7 @@ Outcome run_session(ws::Connection& c, const json* first, ExecIO& io) {
   ssize_t ignored = ::write(wake_w.get(), "x", 1);
   (void)ignored;
   pump.join();
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (failure) throw *failure;
   if (!ended)
     throw Error(Errc::protocol, how.code == ws::kGoingAway ? "the manager shut down during the session"

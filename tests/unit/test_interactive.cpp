@@ -95,6 +95,22 @@ TEST_CASE("window watch: SIGWINCH becomes the terminal's new size on the pipe") 
   CHECK(got.cols == 132);
 }
 
+TEST_CASE("window sizes: the newest pending one is taken, the stale ones dropped; none is nothing") {
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0);
+  sbx::Fd r(p[0]), w(p[1]);
+  CHECK_FALSE(sbx::take_window_size(r.get()));
+  for (uint16_t rows : {uint16_t{30}, uint16_t{40}, uint16_t{50}}) {
+    sbx::WindowSize ws{rows, uint16_t{100}};
+    REQUIRE(::write(w.get(), &ws, sizeof ws) == sizeof ws);
+  }
+  auto got = sbx::take_window_size(r.get());
+  REQUIRE(got);
+  CHECK(got->rows == 50);
+  CHECK(got->cols == 100);
+  CHECK_FALSE(sbx::take_window_size(r.get()));
+}
+
 TEST_CASE("kept log: bounded to two segments of the latest output; tails count lines") {
   auto dir = std::filesystem::temp_directory_path() / ("sbx-keptlog-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
