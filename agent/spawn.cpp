@@ -50,6 +50,18 @@ __attribute__((noinline)) pid_t start_command(char* const* argv, char* const* en
   pid_t cmd = ::vfork();
   if (cmd < 0) child_fail(report_fd, kStart, errno);
   if (cmd == 0) {
+    // When the sandbox's memory fills (on cgroup v1 a big write's page cache
+    // can do it, with every process small), the OOM killer must take the
+    // command, never the agent: the agent is the sandbox's pid 1, whose end is
+    // the sandbox's, and a namespace's pid 1 is not spared as the host's is.
+    // Raising the score needs no privilege (lowering the agent's would need
+    // CAP_SYS_RESOURCE, which a manager in a container often lacks). On the
+    // host too, untrusted code then goes before the host's own processes.
+    if (int adj = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); adj >= 0) {
+      ssize_t ignored = ::write(adj, "1000", 4);
+      (void)ignored;
+      ::close(adj);
+    }
     ::execvpe(argv[0], argv, envp);
     child_fail(report_fd, kExec, errno);
   }

@@ -96,6 +96,24 @@ def test_memory_hog_killed(sbx, make_sandbox, driver):
     assert sbx.exec(other, "echo", "fine", timeout=30).ok().out == "fine\n"
 
 
+@subprocess_only
+def test_the_oom_killer_takes_the_command_never_the_agent(sbx, sandbox):
+    # The agent is the sandbox's pid 1, and a namespace's pid 1 is fair game
+    # for the OOM killer: when it was the biggest process in a full sandbox
+    # (a big write's page cache on cgroup v1, small commands), the sandbox
+    # died. Its commands score 1000 (the first to go); the agent keeps sbx's.
+    r = sbx.sh(sandbox, "cat /proc/1/oom_score_adj /proc/self/oom_score_adj")
+    assert r.rc == 0, r
+    agent, command = r.out.split()
+    assert agent == "0", r
+    assert command == "1000", r
+    # Background processes are the agent's commands too.
+    r = sbx.run("exec", "-d", sandbox, "--", "sleep", "30")
+    assert r.rc == 0, r
+    r = sbx.sh(sandbox, "for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = sleep ] && cat $p/oom_score_adj; done")
+    assert r.out.split() == ["1000"], r
+
+
 def test_disk_cap(sbx, make_sandbox, driver):
     sid = make_sandbox("--disk", "8M", driver=driver)
     r = sbx.sh(sid, "dd if=/dev/zero of=/tmp/big bs=1M count=32", timeout=60)
