@@ -242,6 +242,40 @@ def find_cgroup_dirs(sid: str, parents) -> list[str]:
     return out
 
 
+NETJAIL_RUN_DIR = "/run/sbx/netjail"
+
+
+def _ip(*args) -> str:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20, check=True).stdout
+
+
+def jail_traces(ids) -> list[str]:
+    """Whatever of these sandboxes' jails is still on the host."""
+    left = []
+    links = {link["ifname"] for link in json.loads(_ip("-j", "link"))}
+    routes = _ip("-4", "route")
+    nft = subprocess.run(["nft", "list", "table", "inet", "sbx_jail"], capture_output=True, text=True).stdout
+    claims = {}
+    if os.path.isdir(f"{NETJAIL_RUN_DIR}/addrs"):
+        claims = {os.readlink(f"{NETJAIL_RUN_DIR}/addrs/{k}"): k for k in os.listdir(f"{NETJAIL_RUN_DIR}/addrs")}
+    for sid in ids:
+        ifname = "sbx" + sid[4:]
+        if ifname in links:
+            left.append(f"link {ifname}")
+        if f"dev {ifname} " in routes:
+            left.append(f"route via {ifname}")
+        if f'"{ifname}"' in nft:
+            left.append(f"nftables elements of {ifname}")
+        for what in ("netns", "leases"):
+            if os.path.exists(f"{NETJAIL_RUN_DIR}/{what}/{sid}"):
+                left.append(f"{NETJAIL_RUN_DIR}/{what}/{sid}")
+        if sid in claims:
+            left.append(f"address claim {claims[sid]}")
+        if mounts := [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if f"/netns/{sid}" in m]:
+            left.append(f"mount {mounts[0]}")
+    return left
+
+
 def sbx_cgroup_parents() -> list[str]:
     """Every directory a sandbox's cgroup can live under: <root>/sbx."""
     dirs = [f"{r}/sbx" for r in cgroup_roots()]

@@ -29,15 +29,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ID_RE, Sbx, create_in_parallel, driver_problem, require_listed_driver, skip_or_fail,
-                      wait_until)
+from conftest import (ID_RE, Sbx, create_in_parallel, driver_problem, jail_traces, require_listed_driver,
+                      skip_or_fail, wait_until)
 
 NET_DRIVERS = ("subprocess", "runsc")
 PUBLIC_A, PUBLIC_B, WORLD_DNS, HOST_SIDE = "198.51.100.10", "198.51.100.11", "198.51.100.53", "198.51.100.1"
 PRIVATE = {"10/8": "10.99.77.10", "192.168/16": "192.168.77.10", "172.16/12": "172.16.77.10",
            "100.64/10": "100.64.77.10", "cloud metadata": "169.254.169.254"}
 WORLD_PORT = 8080
-RUN_DIR = "/run/sbx/netjail"
 
 # Runs in the world's namespace: "hello <address>" over TCP on every address,
 # and a tiny DNS server (A records of two names, NXDOMAIN otherwise).
@@ -282,33 +281,6 @@ def jail_info(sbx: Sbx, sid: str) -> dict:
     r = sbx.sh(sid, "cat /etc/resolv.conf").ok()
     gw = next(line.split()[1] for line in r.out.splitlines() if line.startswith("nameserver"))
     return {"gateway": gw, "ifname": "sbx" + sid[4:]}
-
-
-def jail_traces(ids) -> list[str]:
-    """Whatever of these sandboxes' jails is still on the host."""
-    left = []
-    links = {link["ifname"] for link in json.loads(ip("-j", "link").stdout)}
-    routes = ip("-4", "route").stdout
-    nft = subprocess.run(["nft", "list", "table", "inet", "sbx_jail"], capture_output=True, text=True).stdout
-    claims = {}
-    if os.path.isdir(f"{RUN_DIR}/addrs"):
-        claims = {os.readlink(f"{RUN_DIR}/addrs/{k}"): k for k in os.listdir(f"{RUN_DIR}/addrs")}
-    for sid in ids:
-        ifname = "sbx" + sid[4:]
-        if ifname in links:
-            left.append(f"link {ifname}")
-        if f"dev {ifname} " in routes:
-            left.append(f"route via {ifname}")
-        if f'"{ifname}"' in nft:
-            left.append(f"nftables elements of {ifname}")
-        for what in ("netns", "leases"):
-            if os.path.exists(f"{RUN_DIR}/{what}/{sid}"):
-                left.append(f"{RUN_DIR}/{what}/{sid}")
-        if sid in claims:
-            left.append(f"address claim {claims[sid]}")
-        if mounts := [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if f"/netns/{sid}" in m]:
-            left.append(f"mount {mounts[0]}")
-    return left
 
 
 def private_targets(world: World, gateway: str) -> list[str]:
