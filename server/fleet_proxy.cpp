@@ -147,13 +147,16 @@ HttpResponse Fleet::forward(const HttpRequest& req, int owner) const {
   std::string head = relay::request_head(req, relay::request_target(req.path, req), kReplaced,
                                          forward_headers(cfg_, url, req) + (ws ? "Upgrade: websocket\r\n" : ""),
                                          ws ? "Upgrade" : "keep-alive");
+  bool chunked = relay::has_header(req, "transfer-encoding", "chunked");
+  // A body in hand goes with the head, in one packet: the owner has the whole request in one read.
+  bool in_hand = req.body_fd < 0 && !chunked;
   try {
-    send_all(sock.get(), head);
+    send_all(sock.get(), in_hand ? head + req.body : head);
   } catch (const Error& e) {
     return owner_down(*this, what, owner, e.what());
   }
   try {
-    relay::send_body(sock.get(), req, relay::has_header(req, "transfer-encoding", "chunked"));
+    if (!in_hand) relay::send_body(sock.get(), req, chunked);
   } catch (const Error&) {
     // The owner answered before the whole body (an early error): its answer still comes through.
   }
