@@ -191,9 +191,9 @@ nlohmann::json peer_list(const FleetConfig& f, int ordinal, const HttpRequest& r
   std::string buf;
   std::string head = relay::read_head(sock.get(), buf, kListTimeoutMs, -1, false, fail);
   HttpResponse r = relay::response_from(std::move(sock), head, std::move(buf), "GET", {}, fail);
-  std::string body;
+  std::string body = std::move(r.body);  // all of it when it came with the head, else streamed
   char tmp[64 * 1024];
-  for (ssize_t n; (n = r.stream->read(tmp, sizeof tmp)) != 0;) {
+  for (ssize_t n; r.stream && (n = r.stream->read(tmp, sizeof tmp)) != 0;) {
     if (n < 0 || body.size() > kMaxListBytes) throw Error(Errc::unavailable, "its list was cut off");
     body.append(tmp, static_cast<size_t>(n));
   }
