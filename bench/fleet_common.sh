@@ -1,21 +1,10 @@
 # Sourced by bench/fleet_*.sh: a simulated fleet on loopback, configured as the
 # Kubernetes manifests configure the StatefulSet (manager n on 127.0.n.1, one
-# port, SBX_FLEET_PEER_URL=http://127.0.{n}.1:PORT), and wrk's numbers.
-SBX=${SBX_BIN:-$PWD/build/sbx}
-DURATION=${DURATION:-5s}
-dpkg-query -W -f='${Status}' wrk 2>/dev/null | grep -q "install ok installed" ||
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-work=$(mktemp -d /tmp/sbx-bench-fleet.XXXXXX)
-key=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# port, SBX_FLEET_PEER_URL=http://127.0.{n}.1:PORT); the rest is bench/lib.sh's.
+source bench/lib.sh
+port=$(free_port)
 printf 'server:\n  max_execs_per_key: 1000\n  reap_interval: 1h\n' >"$work/config.yaml"
-servers=()
-cleanup() {
-  for s in "${servers[@]}"; do kill -TERM "$s" 2>/dev/null; wait "$s" 2>/dev/null || true; done
-  for d in "$work"/m*; do [ -d "$d" ] && "$SBX" --state-dir "$d" rm --all >/dev/null 2>&1; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+manager_opts=(--config "$work/config.yaml")
 
 # start_fleet SIZE: managers 0..SIZE-1 (SIZE 1 = a lone manager, no fleet config)
 start_fleet() {
@@ -23,19 +12,12 @@ start_fleet() {
   for ((n = 0; n < size; n++)); do
     local fleet=()
     ((size > 1)) && fleet=(SBX_FLEET_SIZE=$size SBX_FLEET_SELF=$n "SBX_FLEET_PEER_URL=http://127.0.{n}.1:$port")
-    env ADMIN_API_KEY="$key" "${fleet[@]}" "$SBX" --config "$work/config.yaml" --state-dir "$work/m$size-$n" serve \
-      --listen "127.0.$n.1:$port" --driver subprocess 2>"$work/m$size-$n.log" &
-    servers+=($!)
+    start_manager "$SBX" "m$size-$n" "127.0.$n.1:$port" "${fleet[@]}"
   done
-  for ((n = 0; n < size; n++)); do
-    for _ in $(seq 100); do curl -fs -H "X-API-Key: $key" "http://127.0.$n.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-  done
+  for ((n = 0; n < size; n++)); do wait_healthy "http://127.0.$n.1:$port" "m$size-$n"; done
 }
 
-stop_fleet() {
-  for s in "${servers[@]}"; do kill -TERM "$s" 2>/dev/null; wait "$s" 2>/dev/null || true; done
-  servers=()
-}
+stop_fleet() { stop_managers; }
 
 # create_on N: a persistent sandbox made through manager N; prints its id
 create_on() {
@@ -51,6 +33,3 @@ wrk_lua() {
     echo "wrk.headers[\"X-API-Key\"] = \"$key\""
   } >"$1"
 }
-
-# wrk_stats FILE -> "rps p50 p99" (ms; only 2xx answers count toward rps)
-wrk_stats() { python3 bench/wrk_stats.py "$1"; }

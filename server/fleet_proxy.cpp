@@ -147,13 +147,16 @@ HttpResponse Fleet::forward(const HttpRequest& req, int owner) const {
   std::string head = relay::request_head(req, relay::request_target(req.path, req), kReplaced,
                                          forward_headers(cfg_, url, req) + (ws ? "Upgrade: websocket\r\n" : ""),
                                          ws ? "Upgrade" : "keep-alive");
+  bool chunked = relay::has_header(req, "transfer-encoding", "chunked");
+  // A body in hand goes with the head, in one packet: the owner has the whole request in one read.
+  bool in_hand = req.body_fd < 0 && !chunked;
   try {
-    send_all(sock.get(), head);
+    send_all(sock.get(), in_hand ? head + req.body : head);
   } catch (const Error& e) {
     return owner_down(*this, what, owner, e.what());
   }
   try {
-    relay::send_body(sock.get(), req, relay::has_header(req, "transfer-encoding", "chunked"));
+    if (!in_hand) relay::send_body(sock.get(), req, chunked);
   } catch (const Error&) {
     // The owner answered before the whole body (an early error): its answer still comes through.
   }
@@ -188,9 +191,9 @@ nlohmann::json peer_list(const FleetConfig& f, int ordinal, const HttpRequest& r
   std::string buf;
   std::string head = relay::read_head(sock.get(), buf, kListTimeoutMs, -1, false, fail);
   HttpResponse r = relay::response_from(std::move(sock), head, std::move(buf), "GET", {}, fail);
-  std::string body;
+  std::string body = std::move(r.body);  // all of it when it came with the head, else streamed
   char tmp[64 * 1024];
-  for (ssize_t n; (n = r.stream->read(tmp, sizeof tmp)) != 0;) {
+  for (ssize_t n; r.stream && (n = r.stream->read(tmp, sizeof tmp)) != 0;) {
     if (n < 0 || body.size() > kMaxListBytes) throw Error(Errc::unavailable, "its list was cut off");
     body.append(tmp, static_cast<size_t>(n));
   }

@@ -290,6 +290,13 @@ HttpResponse response_from(Fd sock, const std::string& head, std::string rest, c
   if (method == "HEAD" || r.status == 204 || r.status == 304) framing = Body::Framing::none;
   if (framing == Body::Framing::until_close || listed.count("close") || status_line.compare(0, 8, "HTTP/1.1") != 0)
     reuse = nullptr;
+  if (framing == Body::Framing::length && rest.size() >= length) {
+    // The whole body came with the head (a small answer): handed on as one buffer, which
+    // libmicrohttpd sends with its head in one packet; the connection is free at once.
+    r.body = rest.substr(0, length);
+    if (reuse && rest.size() == length) reuse(std::move(sock));
+    return r;
+  }
   if (framing == Body::Framing::length) r.stream_size = static_cast<int64_t>(length);
   r.stream = std::make_shared<Body>(std::move(sock), std::move(rest), framing, length, fail, std::move(reuse));
   return r;

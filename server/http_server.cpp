@@ -13,6 +13,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -29,6 +30,9 @@ namespace {
 constexpr size_t kMaxPathBytes = 4096;
 // What one upload may hold in the manager: the pipe between the connection and its handler.
 constexpr int kUploadPipeBytes = 1 << 20;
+// A request for another manager's sandbox with a body of at most this, of known length, is
+// taken whole before it goes on (below: whole_small_body).
+constexpr uint64_t kWholeForwardBytes = 64 * 1024;
 
 // A file upload handed to its handler while it arrives. The handler runs on
 // a thread of its own reading a pipe (req.body_fd); the connection's thread
@@ -219,6 +223,19 @@ struct HttpServer::Impl {
     return ok;
   }
 
+  // Whether a request's body is known to be small (a Content-Length within kWholeForwardBytes, or
+  // none and not chunked). Passed on to its owner, such a request is taken whole and answered on
+  // the connection's thread, its head and body in one packet: a streamed one costs a thread and a
+  // pipe, and on a busy host their wake-ups were most of an exec's hop.
+  bool whole_small_body(MHD_Connection* c) const {
+    if (m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding")) return false;
+    const char* len = m->MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (!len) return true;
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(len, &end, 10);
+    return end != len && *end == '\0' && n <= kWholeForwardBytes;
+  }
+
   MHD_Result early(MHD_Connection* c, Exchange& ex, const Error& e) {
     ex.answered = true;
     return queue(c, ex, Api::error_response(e));
@@ -245,9 +262,10 @@ struct HttpServer::Impl {
       } catch (const Error& e) {
         return early(c, *ex, e);
       }
+      bool stream_on = owner >= 0 && !whole_small_body(c);
       if (token && owner >= 0) {
         ex->key_name = "(token, for " + std::to_string(owner) + ")";  // the owner made the token and checks it
-        ex->streamed = true;
+        ex->streamed = stream_on;
         return MHD_YES;
       }
       if (token) {
@@ -262,7 +280,7 @@ struct HttpServer::Impl {
       ex->req.key = who;
       ex->key_name = who->name;
       // PUT is only the files route's; the port proxy streams a body of any method and size.
-      ex->streamed = ex->req.method == "PUT" || is_port_proxy_path(ex->req.path) || owner >= 0;
+      ex->streamed = owner >= 0 ? stream_on : ex->req.method == "PUT" || is_port_proxy_path(ex->req.path);
       return MHD_YES;
     }
     auto* ex = static_cast<Exchange*>(*state);

@@ -183,6 +183,22 @@ def test_streams_and_files_through_a_non_owner(fleet):
     assert_error(via.request("GET", f"/v1/sandboxes/{sid}/files?path=/tmp/none"), 404)
 
 
+def test_bodies_either_side_of_the_whole_hop_line_through_a_non_owner(fleet):
+    # A passed-on body of known length up to 64 KiB goes on whole from the connection's thread;
+    # past that it streams through a pipe. Answers whose body comes with their head go back
+    # as one buffer, bigger ones as a stream. Every size arrives whole, both ways.
+    sid = fleet[1].create()["id"]
+    for size in (1, 64 << 10, (64 << 10) + 1, 1 << 20):
+        data = os.urandom(size)
+        r = fleet[0].request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/b{size}", data)
+        assert r.status == 204, (size, r)
+        got = fleet[2].request("GET", f"/v1/sandboxes/{sid}/files?path=/tmp/b{size}")
+        assert got.status == 200 and got.body == data, size
+    # A JSON body past 64 KiB (an exec's stdin) streams and still reaches the command whole.
+    r = fleet[0].request("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["wc", "-c"], "stdin": "x" * (100 << 10)})
+    assert r.status == 200 and r.json()["stdout"].strip() == str(100 << 10), r
+
+
 def test_websocket_exec_through_a_non_owner(fleet):
     websockets = pytest.importorskip("websockets", reason="python3-websockets is not installed (scripts/setup.sh)")
     sid = fleet[2].create()["id"]
