@@ -57,6 +57,7 @@ struct HttpRequest {
   std::optional<TokenGrant> token;  ///< set when the caller came with ?token= instead of X-API-Key
   std::vector<std::pair<std::string, std::string>> headers;  ///< every request header, in order (the port proxy passes them on)
   std::vector<std::pair<std::string, std::string>> args;     ///< the query's arguments in order, repeats kept (decoded)
+  std::string raw_target;      ///< the request target as the client sent it, still percent-encoded (proxies pass it on)
 };
 
 /// A response body produced while it is sent.

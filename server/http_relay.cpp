@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "core/unix_socket.hpp"
 
@@ -175,7 +176,42 @@ std::set<std::string> connection_tokens(const Headers& headers) {
 }
 
 
+namespace {
+
+// The raw form of `tail`, a tail of the decoded req.path: the prefix before it
+// (an id, a port: no encoded slashes) has as many segments raw as decoded.
+std::optional<std::string> raw_tail(const HttpRequest& req, const std::string& tail, std::string_view raw_path) {
+  if (req.path.size() < tail.size() || req.path.compare(req.path.size() - tail.size(), tail.size(), tail) != 0 ||
+      raw_path.empty() || raw_path[0] != '/')
+    return std::nullopt;
+  auto slashes = std::count(req.path.begin(), req.path.end() - static_cast<std::ptrdiff_t>(tail.size()), '/');
+  size_t at = 0;
+  for (; slashes > 0 && at != std::string_view::npos; --slashes) at = raw_path.find('/', at + 1);
+  if (tail.empty()) return at == std::string_view::npos ? std::optional<std::string>("") : std::nullopt;
+  if (at == std::string_view::npos) return std::nullopt;
+  return std::string(raw_path.substr(at));
+}
+
+}  // namespace
+
 std::string request_target(const std::string& path, const HttpRequest& req, std::string_view drop_arg) {
+  std::string_view raw = req.raw_target;
+  size_t q = raw.find('?');
+  if (auto t = raw_tail(req, path, raw.substr(0, q))) {
+    if (t->empty()) t = "/";
+    if (q == std::string_view::npos) return *t;
+    char sep = '?';
+    for (std::string_view rest = raw.substr(q + 1); !rest.empty();) {
+      size_t amp = rest.find('&');
+      std::string_view arg = rest.substr(0, amp);
+      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+      if (arg.empty() || (!drop_arg.empty() && arg.substr(0, arg.find('=')) == drop_arg)) continue;
+      *t += sep;
+      *t += arg;
+      sep = '&';
+    }
+    return *t;
+  }
   std::string t = percent_encode(path, "/-._~!$&'()*+,;=:@");
   char sep = '?';
   for (auto& [k, v] : req.args) {

@@ -32,7 +32,9 @@ bool hop_by_hop(const std::string& name, const std::set<std::string>& listed);
 std::set<std::string> connection_tokens(const Headers& headers);
 /// Whether the request has header `name` (lowercase) whose value holds `value_part`.
 bool has_header(const HttpRequest& req, const std::string& name, const std::string& value_part = "");
-/// The request line's target: libmicrohttpd hands over the path and query decoded, so they are encoded again.
+/// The request line's target for `path`, the whole of req.path or its tail, and the query less
+/// `drop_arg`: as the client sent them (req.raw_target), so "a%2Fb" stays one segment; else the
+/// decoded forms encoded again.
 std::string request_target(const std::string& path, const HttpRequest& req, std::string_view drop_arg = {});
 /// The request's head: its method, `target`, its headers less the hop-by-hop ones and those
 /// named in `drop` (lowercase), then `extra` ("Name: value\r\n" lines), then `connection`.

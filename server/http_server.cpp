@@ -96,6 +96,7 @@ struct Exchange {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   std::string key_name = "-";
   int status = 0;
+  bool begun = false;     // the handler has seen the request's headers
   bool answered = false;  // a response was queued early (auth, size)
   bool too_large = false;
   bool streamed = false;  // a file upload: handed on as it arrives, never held whole
@@ -243,10 +244,10 @@ struct HttpServer::Impl {
 
   MHD_Result on_request(MHD_Connection* c, const char* url, const char* method, const char* upload,
                         size_t* upload_size, void** state) {
-    if (!*state) {
-      auto* ex = new Exchange;
-      *state = ex;
-      ++open;
+    auto* first = static_cast<Exchange*>(*state);  // made by on_uri, before the headers
+    if (!first->begun) {
+      Exchange* ex = first;
+      ex->begun = true;
       ex->req.method = method;
       ex->req.path = url;
       ex->req.request_id = new_request_id();
@@ -390,6 +391,15 @@ struct HttpServer::Impl {
     return big ? size_t{64} << 20 : size_t{1} << 20;
   }
 
+  // MHD hands the handler a decoded path, where "a%2Fb" and "a/b" are one; a
+  // proxy must pass on what the client sent, so the target is kept as it came.
+  void* on_uri(const char* uri) {
+    auto* ex = new Exchange;
+    ++open;
+    ex->req.raw_target = uri;
+    return ex;
+  }
+
   void completed(void** state) {
     auto* ex = static_cast<Exchange*>(*state);
     if (!ex) return;
@@ -465,19 +475,23 @@ void HttpServer::start() {
     static_cast<Impl*>(cls)->completed(state);
   };
   using Done = void (*)(void*, MHD_Connection*, void**, MHD_RequestTerminationCode);
+  auto uri = [](void* cls, const char* u, MHD_Connection*) -> void* { return static_cast<Impl*>(cls)->on_uri(u); };
+  using Uri = void* (*)(void*, const char*, MHD_Connection*);
   int lfd = fd.get();
   if (s.opts.tls_cert_pem.empty()) {
     s.daemon = s.m->MHD_start_daemon(flags, 0, nullptr, nullptr, +handler, &s, MHD_OPTION_LISTEN_SOCKET, lfd,
                                      MHD_OPTION_CONNECTION_TIMEOUT, s.opts.idle_timeout_s,
                                      MHD_OPTION_CONNECTION_MEMORY_LIMIT, s.opts.header_memory,
                                      MHD_OPTION_CONNECTION_LIMIT, s.opts.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
-                                     static_cast<Done>(done), &s, MHD_OPTION_END);
+                                     static_cast<Done>(done), &s, MHD_OPTION_URI_LOG_CALLBACK, static_cast<Uri>(uri), &s,
+                                     MHD_OPTION_END);
   } else {
     s.daemon = s.m->MHD_start_daemon(flags, 0, nullptr, nullptr, +handler, &s, MHD_OPTION_LISTEN_SOCKET, lfd,
                                      MHD_OPTION_CONNECTION_TIMEOUT, s.opts.idle_timeout_s,
                                      MHD_OPTION_CONNECTION_MEMORY_LIMIT, s.opts.header_memory,
                                      MHD_OPTION_CONNECTION_LIMIT, s.opts.max_connections, MHD_OPTION_NOTIFY_COMPLETED,
-                                     static_cast<Done>(done), &s, MHD_OPTION_HTTPS_MEM_CERT, s.opts.tls_cert_pem.c_str(),
+                                     static_cast<Done>(done), &s, MHD_OPTION_URI_LOG_CALLBACK, static_cast<Uri>(uri), &s,
+                                     MHD_OPTION_HTTPS_MEM_CERT, s.opts.tls_cert_pem.c_str(),
                                      MHD_OPTION_HTTPS_MEM_KEY, s.opts.tls_key_pem.c_str(), MHD_OPTION_END);
   }
   if (!s.daemon)

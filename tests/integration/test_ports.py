@@ -288,6 +288,11 @@ def test_manager_proxy_methods_headers_and_streams(proxy_setup):
     assert r.status == 200 and r.headers["X-Upstream"] == "yes"
     j = r.json()
     assert j["method"] == "GET" and j["path"] == "/some/path?a=1&b=x%20y&a=2"
+    # The target reaches the server as the client wrote it: an encoded slash
+    # stays one segment, an encoded reserved character stays encoded.
+    for target in ("/files/a%2Fb%2Fc.txt?k=v%26w&x=%2F", "/%7Euser/q%3Fr"):
+        got = m.request("GET", base + target).json()["path"]
+        assert got == target, f"sent {target}, the server got {got}"
     seen = {k.lower(): v for k, v in j["headers"].items()}
     assert seen["x-custom"] == "kept" and seen["x-forwarded-prefix"] == base
     assert "x-api-key" not in seen, "the caller's key must not reach the sandbox"
