@@ -67,7 +67,7 @@ HttpResponse Api::port_proxy(const HttpRequest& req, const SandboxRecord& rec, c
   auto fail = bad_gateway(static_cast<uint16_t>(port), rec.id);
   std::string buf;
   std::string head = relay::read_head(sock.get(), buf, kHeadTimeoutMs, -1, ws, fail);
-  if (ws && relay::is_switching(head)) return relay::switched_to(std::move(sock), std::move(buf));
+  if (ws && relay::is_switching(head)) return relay::switched_to(std::move(sock), head, std::move(buf));
   return relay::response_from(std::move(sock), head, std::move(buf), req.method, {}, fail);
 }
 

@@ -168,7 +168,7 @@ HttpResponse Fleet::forward(const HttpRequest& req, int owner) const {
     if (e.code() != Errc::unavailable) throw;
     return owner_down(*this, what, owner, e.what());
   }
-  if (ws && relay::is_switching(answer)) return relay::switched_to(std::move(sock), std::move(buf));
+  if (ws && relay::is_switching(answer)) return relay::switched_to(std::move(sock), answer, std::move(buf));
   return relay::response_from(std::move(sock), answer, std::move(buf), req.method, kOwnAnswer, down,
                               [pool = pool_, owner](Fd fd) { pool->give(owner, std::move(fd)); });
 }

@@ -293,6 +293,24 @@ std::string read_head(int sock, std::string& buf, int timeout_ms, int hangup_fd,
   }
 }
 
+namespace {
+
+// The header lines of an HTTP head (its first line being the status or request line).
+Headers head_fields(const std::string& head) {
+  Headers headers;
+  for (size_t pos = head.find("\r\n"); pos != std::string::npos && pos + 2 < head.size();) {
+    pos += 2;
+    size_t e = head.find("\r\n", pos);
+    std::string line = head.substr(pos, e - pos);
+    pos = e;
+    auto colon = line.find(':');
+    if (colon != std::string::npos) headers.emplace_back(trim(line.substr(0, colon)), trim(line.substr(colon + 1)));
+  }
+  return headers;
+}
+
+}  // namespace
+
 HttpResponse response_from(Fd sock, const std::string& head, std::string rest, const std::string& method,
                            const std::set<std::string>& drop, const Fail& fail, Reuse reuse) {
   HttpResponse r;
@@ -302,14 +320,7 @@ HttpResponse response_from(Fd sock, const std::string& head, std::string rest, c
     throw fail(Errc::protocol, "answered something that is not HTTP");
   r.status = std::atoi(status_line.c_str() + 9);
   if (r.status < 200 || r.status > 599) throw fail(Errc::protocol, "answered status " + status_line.substr(9, 3));
-  Headers headers;
-  for (size_t pos = eol + 2; pos < head.size();) {
-    size_t e = head.find("\r\n", pos);
-    std::string line = head.substr(pos, e - pos);
-    pos = e + 2;
-    auto colon = line.find(':');
-    if (colon != std::string::npos) headers.emplace_back(trim(line.substr(0, colon)), trim(line.substr(colon + 1)));
-  }
+  Headers headers = head_fields(head);
   auto listed = connection_tokens(headers);
   auto framing = Body::Framing::until_close;
   uint64_t length = 0;
@@ -388,9 +399,16 @@ void splice_both_ways(int client, Fd owner, const std::string& to_client, const 
 
 bool is_switching(const std::string& head) { return head.size() > 12 && head.compare(9, 3, "101") == 0; }
 
-HttpResponse switched_to(Fd sock, std::string rest) {
+HttpResponse switched_to(Fd sock, const std::string& head, std::string rest) {
   HttpResponse r;
   r.status = 101;
+  // What the server chose (Sec-WebSocket-Protocol, -Extensions) goes to the
+  // client, whose bytes then pass untouched; the Accept is the manager's own
+  // (the same key's, so the same value).
+  Headers fields = head_fields(head);
+  auto listed = connection_tokens(fields);
+  for (auto& [k, v] : fields)
+    if (std::string n = lower(k); !hop_by_hop(n, listed) && n != "sec-websocket-accept") r.headers.emplace_back(k, v);
   r.upgraded = [upstream = std::make_shared<Fd>(std::move(sock)), rest = std::move(rest)](int client, std::string extra) {
     splice_both_ways(client, std::move(*upstream), rest, extra);
   };

@@ -60,7 +60,7 @@ bool is_switching(const std::string& head);
 /// The client's 101 for an upstream that switched on `sock` (`rest`: what it sent
 /// past its head): libmicrohttpd answers with the same Sec-WebSocket-Accept, which
 /// both compute from the client's key, then splice_both_ways relays the bytes.
-HttpResponse switched_to(Fd sock, std::string rest);
+HttpResponse switched_to(Fd sock, const std::string& head, std::string rest);
 
 /// Bytes both ways between a client's upgraded socket and the upstream `server`
 /// (first `to_client` and `to_server`, what each side sent past the heads) until

@@ -369,8 +369,11 @@ def serve(c):
     key = [l.split(b":", 1)[1].strip() for l in head.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key:")][0]
     accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85").digest())
     path = head.split(b" ")[1]
+    # Of the subprotocols offered, the last: a choice only the server makes.
+    offered = [l.split(b":", 1)[1] for l in head.split(b"\r\n") if l.lower().startswith(b"sec-websocket-protocol:")]
+    chosen = b"Sec-WebSocket-Protocol: " + offered[0].split(b",")[-1].strip() + b"\r\n" if offered else b""
     c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-              b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+              + chosen + b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
     c.sendall(frame(1, b"hello from " + path))
     try:
         while True:
@@ -413,7 +416,10 @@ def test_manager_proxy_passes_a_websocket_through(proxy_setup):
 
         async def session():
             async with websockets.connect(url, extra_headers={"X-API-Key": m.key}, compression=None,
-                                          open_timeout=20, max_size=None) as ws:
+                                          subprotocols=["chat.v1", "kernel.v2"], open_timeout=20,
+                                          max_size=None) as ws:
+                # The server's choice of subprotocol reaches the client.
+                assert ws.subprotocol == "kernel.v2", ws.response_headers
                 first = await asyncio.wait_for(ws.recv(), 20)
                 await ws.send("ping")
                 text = await asyncio.wait_for(ws.recv(), 20)
