@@ -16,7 +16,6 @@
 namespace sbx {
 
 using nlohmann::json;
-namespace proto = sbx::proto;
 
 void from_json(const json& j, FileEntry& e) {
   e.path = j.value("path", "");
