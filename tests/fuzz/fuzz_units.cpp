@@ -1,6 +1,6 @@
 // Sizes and durations as users (flags, YAML, API bodies) write them: any text
 // parses or throws invalid_argument, and what format_* prints parses back to
-// what it printed.
+// (about) the same value.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -13,9 +13,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text = sbx_fuzz::as_view(data, size);
   try {
     uint64_t bytes = sbx::parse_size(text);
-    // A printed size is rounded to its unit, so only its own round trip must hold.
+    // Whole units print exactly; anything else with one decimal, at most 5% off.
     std::string shown = sbx::format_size(bytes);
-    if (sbx::format_size(sbx::parse_size(shown)) != shown) std::abort();
+    uint64_t back = sbx::parse_size(shown);
+    uint64_t off = back > bytes ? back - bytes : bytes - back;
+    if (shown.find('.') == std::string::npos ? off != 0 : off > bytes / 20) std::abort();
   } catch (const sbx::Error& e) {
     if (e.code() != sbx::Errc::invalid_argument) std::abort();
   }
