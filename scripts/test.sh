@@ -24,7 +24,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir build-asan --output-on-failure
 
 echo "== fuzzing"
-# Each libFuzzer target of tests/fuzz for SBX_FUZZ_SECONDS (15 s here; longer
+# Each libFuzzer target of tests/fuzz for SBX_FUZZ_SECONDS (12 s here; longer
 # runs: SBX_FUZZ_SECONDS=600 scripts/fuzz.sh); any crash, leak or timeout fails.
 scripts/fuzz.sh
 
