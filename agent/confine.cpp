@@ -77,8 +77,9 @@ int install_seccomp_filter() {
   // cannot read, so it answers ENOSYS and libc falls back to clone.
   for (unsigned long flag = 1; rc == 0 && flag != 0; flag <<= 1) {
     if (!(kNamespaceFlags & flag)) continue;
-    rc = ::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                            SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag));
+    // What SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag) says, without its C99 compound literal (clang refuses it in C++).
+    const scmp_arg_cmp masked{0, SCMP_CMP_MASKED_EQ, flag, flag};
+    rc = ::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, masked);
   }
   if (rc == 0) rc = ::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
   if (rc == 0) rc = ::seccomp_load(ctx);

@@ -166,7 +166,11 @@ void ProcTable::signal(int conn, uint32_t channel, const json& req) {
 }
 
 bool ProcTable::input(int conn, const proto::Frame& f) {
-  for (auto& [pid, p] : procs_) {
+  // Not a structured binding: the lambdas below use both, and clang 14
+  // refuses to capture bindings (a C++20 feature it lacks).
+  for (auto& entry : procs_) {
+    const auto pid = entry.first;
+    auto& p = entry.second;
     auto it = std::find_if(p.attachers.begin(), p.attachers.end(),
                            [&](const Attacher& a) { return a.conn == conn && a.channel == f.channel; });
     if (it == p.attachers.end()) continue;

@@ -5,8 +5,11 @@ function(sbx_warnings target)
     -Wimplicit-fallthrough)
   # GCC 12 reports -Wrestrict and -Wnull-dereference inside libstdc++ and
   # nlohmann headers (GCC bug 105329 and friends): false positives, not ours.
-  target_compile_options(${target} PRIVATE -Wno-restrict)
-  if(SBX_SANITIZE)
+  # (GCC's own options: clang, used for tests/fuzz, refuses them as unknown.)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(${target} PRIVATE -Wno-restrict)
+  endif()
+  if(SBX_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     # GCC 12 with the sanitizers reports maybe-uninitialized inside libstdc++'s std::function.
     target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
   endif()

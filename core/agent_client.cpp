@@ -16,7 +16,6 @@
 namespace sbx {
 
 using nlohmann::json;
-namespace proto = sbx::proto;
 
 void from_json(const json& j, FileEntry& e) {
   e.path = j.value("path", "");
@@ -29,12 +28,26 @@ void from_json(const json& j, FileEntry& e) {
 
 namespace {
 
+// The agent's JSON made into what the host wants. A field of the wrong type,
+// or one missing, is the agent's fault as garbage on the stream is: a protocol
+// error, not a json exception its callers do not expect (found by fuzzing).
+template <typename F>
+auto decode(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const json::exception& e) {
+    throw Error(Errc::protocol, std::string("malformed answer from the sandbox's agent: ") + e.what());
+  }
+}
+
 // The agent's error frame, turned back into the error it described.
 [[noreturn]] void throw_remote(const proto::Frame& f) {
-  json j = f.json();
-  Errc c = errc_named(j.value("code", "internal")).value_or(Errc::internal);
-  // The agent's message already carries strerror; keep errno only for the code mapping.
-  throw Error(c, j.value("message", "agent error"));
+  throw decode([&] {
+    json j = f.json();
+    Errc c = errc_named(j.value("code", "internal")).value_or(Errc::internal);
+    // The agent's message already carries strerror; keep errno only for the code mapping.
+    return Error(c, j.value("message", "agent error"));
+  });
 }
 
 proto::Frame must_read(int fd) {
@@ -67,12 +80,14 @@ ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
       auto f = must_read(fd_.get());
       if (f.channel != ch) continue;
       if (f.type == proto::Type::error) throw_remote(f);
-      json j = f.json();
-      ExecResult res;
-      if (f.type == proto::Type::started) res.pid = j.value("pid", 0);
-      else if (f.type == proto::Type::exit) res = j.get<ExecResult>(), io.error = j.value("error", "");
-      else throw Error(Errc::protocol, "unexpected frame from the agent starting a background process");
-      return res;
+      return decode([&] {
+        json j = f.json();
+        ExecResult res;
+        if (f.type == proto::Type::started) res.pid = j.value("pid", 0);
+        else if (f.type == proto::Type::exit) res = j.get<ExecResult>(), io.error = j.value("error", "");
+        else throw Error(Errc::protocol, "unexpected frame from the agent starting a background process");
+        return res;
+      });
     }
   }
   bool stdin_open = req.stdin_open;
@@ -104,7 +119,7 @@ std::vector<ProcessInfo> AgentClient::processes() {
   uint32_t ch = next_channel();
   send_all(fd_.get(), proto::encode(proto::Type::proc_list, ch));
   json body = answer(ch);
-  return body.value("procs", json::array()).get<std::vector<ProcessInfo>>();
+  return decode([&] { return body.value("procs", json::array()).get<std::vector<ProcessInfo>>(); });
 }
 
 void AgentClient::signal_process(int pid, int sig) {
@@ -207,10 +222,12 @@ std::optional<ExecResult> AgentClient::relay(uint32_t ch, ExecIO& io, bool stdin
           if (io.on_stderr) io.on_stderr(f->payload);
           break;
         case proto::Type::exit: {
-          json j = f->json();
-          ExecResult res = j.get<ExecResult>();
-          io.error = j.value("error", "");
-          return res;
+          return decode([&] {
+            json j = f->json();
+            ExecResult res = j.get<ExecResult>();
+            io.error = j.value("error", "");
+            return std::optional<ExecResult>(res);
+          });
         }
         case proto::Type::end: return std::nullopt;
         case proto::Type::error: throw_remote(*f);
@@ -231,7 +248,9 @@ std::vector<FileEntry> AgentClient::list(const std::string& path, bool recursive
     if (f.type == proto::Type::end) return out;
     if (f.type != proto::Type::entries) throw Error(Errc::protocol, "unexpected frame from the agent during list");
     json body = f.json();  // kept alive: a range-for over a temporary's member dangles
-    for (auto& e : body.at("entries")) out.push_back(e.get<FileEntry>());
+    decode([&] {
+      for (auto& e : body.at("entries")) out.push_back(e.get<FileEntry>());
+    });
   }
 }
 
@@ -248,7 +267,7 @@ FileEntry AgentClient::open_read(const std::string& path) {
   auto head = must_read(fd_.get());
   if (head.type == proto::Type::error) throw_remote(head);
   if (head.type != proto::Type::ok) throw Error(Errc::protocol, "unexpected frame from the agent during read");
-  return head.json().get<FileEntry>();
+  return decode([&] { return head.json().get<FileEntry>(); });
 }
 
 bool AgentClient::read_chunk(std::string& chunk) {

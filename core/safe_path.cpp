@@ -65,6 +65,13 @@ std::optional<std::string> symlink_target(int dir, const std::string& name) {
 // symlink nor a concurrent rename can climb above it; symlink targets are
 // spliced into the remaining path (absolute ones restart at the root), so a
 // magic link's text is resolved inside the root like any other.
+// A NUL ends the name the kernel sees: "..\0x" would reach openat as ".."
+// (out of the root, in the walk below) and "a\0/../b" as "a". No path has one.
+void refuse_nul(std::string_view path) {
+  if (path.find('\0') != std::string_view::npos)
+    throw Error(Errc::invalid_argument, "a path must not contain a NUL byte");
+}
+
 Fd open_portable(int root_fd, std::string_view path, int flags, mode_t mode) {
   std::vector<Fd> stack;  // directories below the root; empty = at the root
   auto cur = [&] { return stack.empty() ? root_fd : stack.back().get(); };
@@ -141,6 +148,7 @@ std::string clean_path(std::string_view path) {
 }
 
 Fd open_in_root(int root_fd, std::string_view path, int flags, mode_t mode) {
+  refuse_nul(path);
   if (g_portable.load(std::memory_order_relaxed)) return open_portable(root_fd, path, flags, mode);
   std::string rel = clean_path(path);
   // openat2 with RESOLVE_IN_ROOT treats a leading "/" as the root itself.
@@ -162,6 +170,7 @@ Fd open_in_root(int root_fd, std::string_view path, int flags, mode_t mode) {
 }
 
 std::pair<Fd, std::string> open_parent_in_root(int root_fd, std::string_view path) {
+  refuse_nul(path);
   std::string clean = clean_path(path);
   if (clean == "/") throw Error(Errc::invalid_argument, "the root directory itself cannot be the target");
   auto slash = clean.rfind('/');

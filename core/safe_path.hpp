@@ -15,7 +15,8 @@
 namespace sbx {
 
 /// Opens `path` below root_fd with openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS).
-/// Throws the errno-derived sbx::Error (not_found, ...) with the path in the message.
+/// Throws the errno-derived sbx::Error (not_found, ...) with the path in the message;
+/// invalid_argument for a path holding a NUL byte.
 Fd open_in_root(int root_fd, std::string_view path, int flags, mode_t mode = 0);
 
 /// Splits a path into its parent and final component and opens the parent

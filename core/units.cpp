@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "core/error.hpp"
@@ -25,7 +26,10 @@ double leading_number(std::string_view text, std::string_view what, size_t& used
   if (i == 0 || dots > 1 || s[0] == '.' || s[i - 1] == '.')
     throw Error(Errc::invalid_argument, "invalid " + std::string(what) + " '" + std::string(text) + "'");
   used = i;
-  return std::stod(s.substr(0, i));
+  // Digits alone, so strtod reads them all; hundreds of them overflow to
+  // HUGE_VAL (std::stod would throw std::out_of_range), which the callers'
+  // "too large" checks refuse.
+  return std::strtod(s.substr(0, i).c_str(), nullptr);
 }
 }  // namespace
 

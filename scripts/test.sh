@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: warnings-as-errors build, unit tests, the unit tests
-# again under ASan/UBSan, man pages and completions in step with the flags,
+# again under ASan/UBSan, the fuzz targets for a bounded time, man pages and completions in step with the flags,
 # and the integration suite against real sandboxes.
 # Usage: scripts/test.sh      (as root, on Debian 12; installs what it needs)
 set -euo pipefail
@@ -22,6 +22,11 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSBX_WERROR=ON -DSBX_SANITIZE
 cmake --build build-asan -j"$(nproc)" --target sbx_unit_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure
+
+echo "== fuzzing"
+# Each libFuzzer target of tests/fuzz for SBX_FUZZ_SECONDS (12 s here; longer
+# runs: SBX_FUZZ_SECONDS=600 scripts/fuzz.sh); any crash, leak or timeout fails.
+scripts/fuzz.sh
 
 echo "== man pages and completions in step with the flags"
 python3 tests/check_docs_in_step.py --help-cmd build/sbx

@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/agent_client.hpp"
 #include "core/fd.hpp"
 #include "core/fsutil.hpp"
 #include "tests/unit/helpers.hpp"
@@ -369,4 +370,30 @@ TEST_CASE("protocol: Frame::json parses an object", "[protocol]") {
   auto j = f.json();
   CHECK(j.at("exit_code") == 3);
   CHECK(j.at("timed_out") == false);
+}
+
+TEST_CASE("protocol: an agent answer of the wrong shape is a protocol error, not a json exception", "[protocol][fuzz]") {
+  // Found by tests/fuzz/fuzz_agent_client: list() let nlohmann's out_of_range
+  // ("key 'entries' not found") escape, which callers expecting sbx::Error miss.
+  auto answer = GENERATE(as<std::string>{}, sbx::proto::encode(Type::entries, 1, R"({"x":1})"),
+                         sbx::proto::encode(Type::entries, 1, R"({"entries":[{"mode":"rw"}]})"),
+                         sbx::proto::encode(Type::error, 1, R"({"code":5,"message":[]})"));
+  SocketPair p;
+  sbx::write_all(p.b.get(), answer);
+  ::shutdown(p.b.get(), SHUT_WR);
+  sbx::AgentClient client(std::move(p.a));
+  auto e = error_of([&] { client.list("/", false); });
+  CHECK(e.code() == Errc::protocol);
+}
+
+TEST_CASE("protocol: an exec's exit frame of the wrong shape is an sbx::Error naming the field", "[protocol][fuzz]") {
+  SocketPair p;
+  sbx::write_all(p.b.get(), sbx::proto::encode(Type::exit, 1, R"({"exit_code":"zero"})"));
+  ::shutdown(p.b.get(), SHUT_WR);
+  sbx::AgentClient client(std::move(p.a));
+  sbx::ExecRequest req;
+  req.argv = {"true"};
+  sbx::ExecIO io;
+  auto e = error_of([&] { client.exec(req, io); });  // spec.cpp's field check: invalid_argument
+  CHECK(std::string(e.what()).find("exit_code") != std::string::npos);
 }

@@ -189,6 +189,20 @@ TEST_CASE("safe_path: the root itself opens for empty, / and ..", "[safe_path]")
   }
 }
 
+TEST_CASE("safe_path: a path with a NUL byte is refused, never cut short at it", "[safe_path][fuzz]") {
+  // Found by tests/fuzz/fuzz_safe_path (portable walk): the component "..\0"
+  // is no ".." to the walk, but openat saw "..", the directory above the root.
+  Root r;
+  using namespace std::string_literals;
+  for (const std::string& path : {"./..\0\0\0\0/x"s, "..\0"s, "data/..\0/..\0/etc/passwd"s, "etc/passwd\0.txt"s}) {
+    CAPTURE(path);
+    CHECK(error_of([&] { sbx::open_in_root(r.fd.get(), path, O_RDONLY); }).code() == Errc::invalid_argument);
+    CHECK(error_of([&] { sbx::open_in_root(r.fd.get(), path, O_PATH | O_DIRECTORY); }).code() ==
+          Errc::invalid_argument);
+    CHECK(error_of([&] { sbx::open_parent_in_root(r.fd.get(), path); }).code() == Errc::invalid_argument);
+  }
+}
+
 TEST_CASE("safe_path: a link to /proc/self/root does not reach the host's root", "[safe_path]") {
   Root r;
   // The link's target is resolved inside the root, as ROOT/proc/self/root,

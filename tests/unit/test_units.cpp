@@ -120,6 +120,16 @@ TEST_CASE("units: parse_duration_ms refuses durations that do not fit, never wra
   CHECK(e.code() == Errc::invalid_argument);
 }
 
+TEST_CASE("units: a number of hundreds of digits is too large, not a std::out_of_range", "[units][fuzz]") {
+  // Found by tests/fuzz/fuzz_units: std::stod threw out_of_range past DBL_MAX,
+  // which escaped every caller that expects sbx::Error.
+  std::string huge(400, '1');
+  CHECK(error_of([&] { sbx::parse_size(huge); }).code() == Errc::invalid_argument);
+  CHECK(error_of([&] { sbx::parse_size(huge + "G"); }).code() == Errc::invalid_argument);
+  CHECK(error_of([&] { sbx::parse_duration_ms(huge + "ms"); }).code() == Errc::invalid_argument);
+  CHECK(error_of([&] { sbx::parse_duration_ms("1m" + huge); }).code() == Errc::invalid_argument);
+}
+
 TEST_CASE("units: format_size", "[units]") {
   auto [bytes, text] = GENERATE(table<uint64_t, std::string>({
       {0, "0"},
