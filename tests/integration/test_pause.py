@@ -20,10 +20,15 @@ SPIN = "while :; do :; done"
 
 
 def _cpu_ticks(sbx, sid, pid: int) -> int:
-    """utime + stime of pid in the sandbox (USER_HZ ticks); on a paused sandbox this exec resumes it."""
-    r = sbx.sh(sid, f"cat /proc/{pid}/stat").ok()
-    fields = r.out.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5); [0] is field 3
+    """utime + stime (USER_HZ ticks) of pid's children in the sandbox (the loop under `exec -d`'s
+    process-group leader); on a paused sandbox this exec resumes it."""
+    r = sbx.sh(sid, "cat /proc/[0-9]*/stat 2>/dev/null; true").ok()
+    total = 0
+    for line in r.out.splitlines():
+        fields = line.rsplit(")", 1)[1].split()  # [0] is field 3 of proc(5)
+        if int(fields[1]) == pid:
+            total += int(fields[11]) + int(fields[12])  # fields 14 and 15
+    return total
 
 
 def _state(sbx, sid) -> str:
