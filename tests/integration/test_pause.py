@@ -3,7 +3,9 @@ no CPU and keep their memory; resume lets them go on; exec, cp and ps on a
 paused sandbox resume it first; the state shows in ls, the API and /metrics."""
 from __future__ import annotations
 
+import glob
 import json
+import os
 import time
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from conftest import wait_until
 from manager_fixtures import manager, manager_root, module_managers  # noqa: F401
 
-pytestmark = [pytest.mark.only_drivers("subprocess", "runsc", "microvm", "remote")]
+BUSYBOX_DRIVERS = ("subprocess", "runsc", "microvm", "remote")
 
 # How long each measured interval lasts: long against the few ticks a pause or
 # resume call and the reading exec take, so "stopped" and "going" tell apart.
@@ -37,6 +39,7 @@ def _state(sbx, sid) -> str:
     return rec["state"]
 
 
+@pytest.mark.only_drivers(*BUSYBOX_DRIVERS)
 def test_pause_stops_a_busy_loop_and_resume_restarts_it(sbx, sandbox, driver):
     pid = int(sbx.run("exec", "-d", sandbox, "--", "sh", "-c", SPIN).ok().out)
     wait_until(lambda: _cpu_ticks(sbx, sandbox, pid) > 0, timeout=30)
@@ -67,6 +70,7 @@ def test_pause_stops_a_busy_loop_and_resume_restarts_it(sbx, sandbox, driver):
     sbx.run("resume", sandbox).ok()  # resuming a running sandbox is no error
 
 
+@pytest.mark.only_drivers(*BUSYBOX_DRIVERS)
 def test_exec_cp_and_ps_on_a_paused_sandbox_resume_it(sbx, sandbox, driver, host_tmp):
     sbx.sh(sandbox, "echo before > /tmp/kept").ok()
     sbx.run("pause", sandbox).ok()
@@ -88,6 +92,7 @@ def test_exec_cp_and_ps_on_a_paused_sandbox_resume_it(sbx, sandbox, driver, host
     assert _state(sbx, sandbox) == "running", "ps resumes a paused sandbox"
 
 
+@pytest.mark.only_drivers(*BUSYBOX_DRIVERS)
 def test_a_paused_sandbox_is_listed_filtered_and_removed(sbx, make_sandbox, driver):
     sid = make_sandbox(driver=driver)
     sbx.run("pause", sid).ok()
@@ -98,6 +103,7 @@ def test_a_paused_sandbox_is_listed_filtered_and_removed(sbx, make_sandbox, driv
     assert sbx.record(sid) is None
 
 
+@pytest.mark.only_drivers(*BUSYBOX_DRIVERS)
 def test_pause_of_a_missing_sandbox_fails_with_its_name(sbx, driver):
     r = sbx.run("pause", "sbx_000000000000")
     assert r.rc != 0 and "sbx_000000000000" in r.err, r
@@ -125,3 +131,27 @@ def test_manager_routes_and_metrics_show_paused(manager, driver):
         assert r.status == 405 and "POST" in r.headers.get("Allow", ""), r
     finally:
         manager.delete(sid)
+
+
+def _freezer_states(sid: str) -> list[str]:
+    """What the host's freezer says of the sandbox's group: v1 freezer.state, or v2's cgroup.events 'frozen'."""
+    out = []
+    for root in ("/sys/fs/cgroup/freezer/sbx", "/sys/fs/cgroup/unified/sbx", "/sys/fs/cgroup/sbx"):
+        for d in glob.glob(f"{root}/*/{sid}"):
+            if os.path.exists(f"{d}/freezer.state"):
+                out.append(open(f"{d}/freezer.state").read().strip())
+            elif os.path.exists(f"{d}/cgroup.events"):
+                events = dict(line.split() for line in open(f"{d}/cgroup.events").read().splitlines())
+                out.append("FROZEN" if events.get("frozen") == "1" else "THAWED")
+    return out
+
+
+@pytest.mark.only_drivers("deno")
+def test_deno_pause_freezes_its_cgroup_and_exec_thaws_it(sbx, sandbox, driver):
+    sbx.exec(sandbox, "python3", "-c", "open('/work/kept', 'w').write('before')").ok()
+    sbx.run("pause", sandbox).ok()
+    assert _state(sbx, sandbox) == "paused"
+    assert _freezer_states(sandbox) == ["FROZEN"], "the deno process's cgroup must be frozen"
+    r = sbx.exec(sandbox, "python3", "-c", "print(open('/work/kept').read())").ok()
+    assert r.out == "before\n", r
+    assert _state(sbx, sandbox) == "running" and _freezer_states(sandbox) == ["THAWED"]
