@@ -155,3 +155,23 @@ def test_deno_pause_freezes_its_cgroup_and_exec_thaws_it(sbx, sandbox, driver):
     r = sbx.exec(sandbox, "python3", "-c", "print(open('/work/kept').read())").ok()
     assert r.out == "before\n", r
     assert _state(sbx, sandbox) == "running" and _freezer_states(sandbox) == ["THAWED"]
+
+
+@pytest.mark.only_drivers("subprocess", "runsc")
+def test_gc_removes_a_paused_idle_sandbox_but_keeps_persistent_and_fresh_ones(gc_sbx, driver):
+    idle = gc_sbx.create("--idle-timeout", "1s", driver=driver)
+    kept = gc_sbx.create("--idle-timeout", "1s", "--persistent", driver=driver)
+    fresh = gc_sbx.create(driver=driver)  # the default idle timeout (10m)
+    try:
+        for sid in (idle, kept, fresh):
+            gc_sbx.run("pause", sid).ok()
+        time.sleep(1.5)
+        report = json.loads(gc_sbx.run("gc", "--json").ok().out)
+        acts = {a["target"]: a for a in report["actions"] if a["kind"] == "sandbox"}
+        assert idle in acts and acts[idle]["done"] and "paused and idle" in acts[idle]["reason"], report
+        assert kept not in acts and fresh not in acts, report
+        states = {r["id"]: r["state"] for r in gc_sbx.ls()}
+        assert idle not in states
+        assert states.get(kept) == "paused" and states.get(fresh) == "paused", states
+    finally:
+        gc_sbx.remove(idle, kept, fresh)
