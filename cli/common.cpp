@@ -294,4 +294,24 @@ int parse_pid(const std::string& text) {
   return static_cast<int>(pid);
 }
 
+void register_per_sandbox(CLI::App& app, Globals& g, Outcome& out, const std::string& name, const std::string& help,
+                          std::function<SandboxRecord(Backend&, const std::string&)> fn) {
+  auto* sub = app.add_subcommand(name, help);
+  auto ids = std::make_shared<std::vector<std::string>>();
+  sub->add_option("ids", *ids, "sandbox ids (or unambiguous prefixes)")->required();
+  sub->callback([&g, &out, ids, fn = std::move(fn)] {
+    Config cfg = load_config(g);
+    int failures = 0;
+    for (auto& id : *ids) {
+      try {
+        std::printf("%s\n", fn(*backend_for_existing(cfg, id), id).id.c_str());
+      } catch (const Error& e) {
+        print_error(e);
+        ++failures;
+      }
+    }
+    out.status = failures ? exit_status(Errc::io) : 0;
+  });
+}
+
 }  // namespace sbx::cli

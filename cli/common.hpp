@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -101,5 +102,13 @@ void register_logs(CLI::App& app, Globals& g, Outcome& out);
 void register_attach(CLI::App& app, Globals& g, Outcome& out);
 void register_kill(CLI::App& app, Globals& g, Outcome& out);
 void register_port_forward(CLI::App& app, Globals& g, Outcome& out);
+void register_pause(CLI::App& app, Globals& g, Outcome& out);
+void register_resume(CLI::App& app, Globals& g, Outcome& out);
+
+/// A subcommand that takes sandbox ids and runs `fn` on each one's backend
+/// (start, pause, resume): prints each id it did, an error line for each it
+/// could not, and fails when any failed.
+void register_per_sandbox(CLI::App& app, Globals& g, Outcome& out, const std::string& name, const std::string& help,
+                          std::function<SandboxRecord(Backend&, const std::string&)> fn);
 
 }  // namespace sbx::cli

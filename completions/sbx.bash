@@ -153,7 +153,7 @@ _sbx()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$_sbx_global_opts --version" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image start ps logs attach kill port-forward" -- "$cur"))
+                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image start pause resume ps logs attach kill port-forward" -- "$cur"))
             fi
             return ;;
         create) opts=$_sbx_create_opts ;;
@@ -169,7 +169,7 @@ _sbx()
         kill) opts="-s --signal" ;;
         ls) opts="--json -q --quiet -f --filter" ;;
         rm) opts="-f --force --all" ;;
-        start) opts="" ;;
+        start | pause | resume) opts="" ;;
         port-forward) opts="" ;;
         gc) opts="--dry-run --json" ;;
         doctor) opts="--json --driver --remote" ;;
@@ -222,7 +222,7 @@ _sbx()
             # ID, then a pid (`sbx ps ID` lists them) or [LOCAL:]REMOTE: nothing to offer
             ((npos == 0)) && COMPREPLY=($(compgen -W "$(_sbx_ids "${words[0]}")" -- "$cur"))
             ;;
-        rm | start)
+        rm | start | pause | resume)
             local id
             for id in $(_sbx_ids "${words[0]}"); do
                 [[ " ${pos[*]} " == *" $id "* ]] || COMPREPLY+=($(compgen -W "$id" -- "$cur"))

@@ -2,7 +2,7 @@
 # tests/check_docs_in_step.py keeps them in step.
 # Install as ~/.config/fish/completions/sbx.fish or into $fish_complete_path.
 
-set -l commands create exec cp ls rm gc doctor serve pool image start ps logs attach kill port-forward
+set -l commands create exec cp ls rm gc doctor serve pool image start pause resume ps logs attach kill port-forward
 
 function __sbx_drivers
     printf '%s\t%s\n' \
@@ -110,6 +110,8 @@ complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a cp -d 'Copy fi
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a ls -d 'List sandboxes'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a rm -d 'Destroy sandboxes'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a start -d 'Start a stopped persistent sandbox again'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a pause -d 'Pause sandboxes: their processes stop, their memory stays'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a resume -d 'Resume paused sandboxes'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a port-forward -d 'Forward a local port to a port inside a sandbox'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Remove idle, expired, dead and orphaned sandboxes'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a doctor -d 'Check which drivers can run'
@@ -182,8 +184,8 @@ complete -c sbx -n '__fish_seen_subcommand_from logs' -s f -l follow -d 'Follow 
 complete -c sbx -n '__fish_seen_subcommand_from logs' -l tail -x -d 'Only the last N lines of each stream'
 complete -c sbx -n '__fish_seen_subcommand_from kill' -s s -l signal -x -a 'KILL TERM INT HUP QUIT USR1 USR2 STOP CONT' -d 'The signal (default KILL)'
 
-# start.
-complete -c sbx -n '__fish_seen_subcommand_from start' -a '(__sbx_ids)' -d 'Sandbox'
+# start, pause, resume.
+complete -c sbx -n '__fish_seen_subcommand_from start pause resume' -a '(__sbx_ids)' -d 'Sandbox'
 
 # port-forward: ID, then [LOCAL:]REMOTE.
 complete -c sbx -n '__fish_seen_subcommand_from port-forward; and test (count (commandline -opc)) -le 2' -a '(__sbx_ids)' -d 'Sandbox'

@@ -84,6 +84,15 @@ class Backend {
   virtual SandboxRecord start(const std::string& id) {
     throw Error(Errc::unavailable, "sbx start " + id + ": not supported by the " + where() + " backend");
   }
+  /// Stops every process of a running sandbox (no CPU; memory and files kept): state paused.
+  /// Pausing a paused sandbox is no error. Anything that needs its agent resumes it first.
+  virtual SandboxRecord pause(const std::string& id) {
+    throw Error(Errc::unavailable, "sbx pause " + id + ": not supported by the " + where() + " backend");
+  }
+  /// Lets a paused sandbox run again: state running. Resuming a running sandbox is no error.
+  virtual SandboxRecord resume(const std::string& id) {
+    throw Error(Errc::unavailable, "sbx resume " + id + ": not supported by the " + where() + " backend");
+  }
   /// The sandbox's background processes (`sbx exec -d`), running and exited.
   virtual std::vector<ProcessInfo> processes(const std::string& id) {
     throw Error(Errc::unavailable, "sbx ps " + id + ": not supported by the " + where() + " backend");

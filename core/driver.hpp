@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/spec.hpp"
 
@@ -53,6 +54,16 @@ class Driver {
   /// Changes the cpu, memory and pids caps of a running sandbox (the disk cap
   /// stays). False when this driver cannot: a warm-pool claim then starts cold.
   virtual bool set_limits(const SandboxRecord& /*rec*/, const Limits& /*limits*/) { return false; }
+  /// Stops every process of the sandbox (`sbx pause`): no CPU, memory kept,
+  /// until resume(). Called on a running sandbox only (resume: a paused one).
+  /// Throws unavailable when the driver cannot.
+  virtual void pause(const SandboxRecord& rec, const std::string& /*dir*/) {
+    throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot pause a sandbox");
+  }
+  /// Lets a paused sandbox's processes run again.
+  virtual void resume(const SandboxRecord& rec, const std::string& /*dir*/) {
+    throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot resume a sandbox");
+  }
   /// A note create shows before start() when starting takes a while (a VM boot).
   virtual std::optional<std::string> start_note(const SandboxSpec& /*spec*/) { return std::nullopt; }
 };

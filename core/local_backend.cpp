@@ -288,6 +288,7 @@ std::optional<std::string> LocalBackend::mark_dead_if_gone(SandboxRecord& rec, D
 }
 
 AgentClient LocalBackend::connect_in_use(SandboxRecord& rec, Driver& driver, uint64_t& oom_before) {
+  resume_if_paused(rec);
   // Shared lock: gc and rm (exclusive) wait until this call is registered with the agent.
   Fd guard = registry_.lock(rec.id, false);
   registry_.touch(rec.id);
@@ -344,11 +345,11 @@ Fd LocalBackend::open_port(const std::string& id, uint16_t port) {
 std::vector<SandboxRecord> LocalBackend::list() {
   auto recs = registry_.list();
   for (auto& r : recs) {
-    if (r.state != SandboxState::running && r.state != SandboxState::pooled) continue;
+    if (!has_agent(r.state)) continue;
     auto* info = find_driver(drivers_, r.spec.driver);
     if (info && !info->make(cfg_)->alive(r)) {
       // A dead pooled sandbox stays out of sight (ls hides the pool); gc reaps it.
-      if (r.state == SandboxState::running) r.state = SandboxState::dead;
+      if (r.state != SandboxState::pooled) r.state = SandboxState::dead;
       r.error = "its agent is gone";
     }
   }
@@ -391,8 +392,8 @@ std::vector<std::string> LocalBackend::drain_pool(const std::string& driver) {
 
 SandboxRecord LocalBackend::get(const std::string& id) {
   SandboxRecord r = registry_.get(id);
-  if ((r.state == SandboxState::running || r.state == SandboxState::pooled) && !driver_for(r)->alive(r)) {
-    if (r.state == SandboxState::running) r.state = SandboxState::dead;
+  if (has_agent(r.state) && !driver_for(r)->alive(r)) {
+    if (r.state != SandboxState::pooled) r.state = SandboxState::dead;
     r.error = "its agent is gone";
   }
   return r;
@@ -415,8 +416,8 @@ SandboxRecord LocalBackend::start(const std::string& id) {
   Fd guard = registry_.lock(rec.id, true);
   rec = registry_.get(rec.id);
   auto driver = driver_for(rec);
-  bool running = (rec.state == SandboxState::running || rec.state == SandboxState::pooled) && driver->alive(rec);
-  if (running) throw Error(Errc::conflict, "sandbox " + rec.id + " is already running");
+  if (has_agent(rec.state) && driver->alive(rec))
+    throw Error(Errc::conflict, "sandbox " + rec.id + " is already " + std::string(state_name(rec.state)));
   if (!rec.spec.persistent)
     throw Error(Errc::conflict, "sandbox " + rec.id + " is not persistent: its files went with its agent")
         .set_hint("remove it with `sbx rm " + rec.id + "`; create sandboxes with --persistent to keep them across restarts");
@@ -451,7 +452,8 @@ SandboxRecord LocalBackend::start(const std::string& id) {
 std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, int64_t now,
                                     const std::map<std::string, std::string>& unwanted_pooled, bool& alive) {
   bool pooled = rec.state == SandboxState::pooled;
-  alive = (rec.state == SandboxState::running || pooled) && driver.alive(rec);
+  bool paused = rec.state == SandboxState::paused;
+  alive = has_agent(rec.state) && driver.alive(rec);
   // A one-shot lives only as long as its client (a killed `sbx exec --rm`);
   // a client in another pid namespace cannot be judged from here.
   const OneShotClient& client = rec.one_shot;
@@ -459,8 +461,8 @@ std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, in
     return "one-shot client (pid " + std::to_string(client.pid) + ") is gone";
   if (rec.state == SandboxState::creating && now - rec.created_ms < kStrayGraceMs) return "";
   // A persistent sandbox's disk outlives its agent (a host reboot): it waits, dead, for `sbx start` or `sbx rm`.
-  if (!alive && rec.spec.persistent && (rec.state == SandboxState::running || rec.state == SandboxState::dead)) return "";
-  if (!alive) return rec.state == SandboxState::running || pooled ? "its agent is gone" : std::string(state_name(rec.state));
+  if (!alive && rec.spec.persistent && (rec.state != SandboxState::creating && rec.state != SandboxState::failed && !pooled)) return "";
+  if (!alive) return has_agent(rec.state) ? "its agent is gone" : std::string(state_name(rec.state));
   if (pooled) {
     // Waiting in the warm pool is not idleness: only the pool's own rules remove it.
     auto it = unwanted_pooled.find(rec.id);
@@ -471,6 +473,8 @@ std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, in
   uint64_t idle_ms = static_cast<uint64_t>(now - std::max(rec.last_active_ms, rec.created_ms));
   if (rec.spec.ttl_s && age_s >= rec.spec.ttl_s) return "past its TTL of " + format_duration_ms(rec.spec.ttl_s * 1000);
   if (!rec.spec.idle_timeout_s || idle_ms < rec.spec.idle_timeout_s * 1000) return "";
+  // Nothing runs in a paused sandbox (and its frozen agent answers no ping): idle since its last use.
+  if (paused) return "paused and idle for " + format_duration_ms(idle_ms) + " (timeout " + format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
   // A long-running command (or background process) is not idleness, and
   // idleness starts when the last background process ended: ask the agent.
   nlohmann::json ping;
@@ -547,6 +551,7 @@ GcReport LocalBackend::gc(bool dry_run) {
 
 std::optional<FileEntry> LocalBackend::stat(const std::string& id, const std::string& path) {
   SandboxRecord rec = registry_.get(id);
+  resume_if_paused(rec);
   auto driver = driver_for(rec);
   AgentClient agent = connect(rec, *driver);
   try {

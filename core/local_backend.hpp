@@ -27,6 +27,8 @@ class LocalBackend : public Backend {
   SandboxRecord get(const std::string& id) override;
   void remove(const std::string& id) override;
   SandboxRecord start(const std::string& id) override;
+  SandboxRecord pause(const std::string& id) override;
+  SandboxRecord resume(const std::string& id) override;
   Fd open_port(const std::string& id, uint16_t port) override;
   void forward_port(const std::string& id, uint16_t port, int local_fd) override;
   GcReport gc(bool dry_run) override;
@@ -51,6 +53,10 @@ class LocalBackend : public Backend {
  private:
   /// The driver a record was created with.
   std::unique_ptr<Driver> driver_for(const SandboxRecord& rec);
+  /// pause (paused true) or resume, under the sandbox's exclusive lock.
+  SandboxRecord set_paused(const std::string& id, bool paused);
+  /// Resumes rec first when it is paused (exec, cp and the rest need its agent); rec is re-read.
+  void resume_if_paused(SandboxRecord& rec);
   /// A running sandbox's record and an agent connection, or a clear error.
   AgentClient connect(SandboxRecord& rec, Driver& driver);
   /// connect() under the sandbox's shared lock, as an exec or copy starts; also

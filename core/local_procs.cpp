@@ -16,6 +16,7 @@ void check_background_request(const ExecRequest& req, bool one_shot) {
 template <class F>
 auto LocalBackend::with_processes(const std::string& id, F&& f) {
   SandboxRecord rec = registry_.get(id);
+  resume_if_paused(rec);
   auto driver = driver_for(rec);
   // Not an exec: looking at or signalling a process is no activity for idle gc
   // (a running background process is, through ping's `running`).

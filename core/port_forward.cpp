@@ -71,7 +71,8 @@ struct PortForwarder::Conn {
 PortForwarder::PortForwarder(Backend& backend, std::string id, ForwardPorts ports)
     : backend_(backend), id_(std::move(id)), remote_(ports.remote) {
   SandboxRecord rec = backend_.get(id_);
-  if (rec.state != SandboxState::running)
+  // A paused sandbox is resumed by each connection, as exec and cp resume it.
+  if (rec.state != SandboxState::running && rec.state != SandboxState::paused)
     throw Error(Errc::conflict, "sandbox " + rec.id + " is " + std::string(state_name(rec.state)))
         .set_hint("port-forward needs a running sandbox; see `sbx ls`");
   id_ = rec.id;
@@ -95,7 +96,8 @@ void PortForwarder::serve(Conn& c, const std::function<void(const Error&)>& on_e
     // Nothing listening is this connection's problem; a sandbox that is gone ends the forwarding.
     bool gone = false;
     try {
-      gone = backend_.get(id_).state != SandboxState::running;
+      auto st = backend_.get(id_).state;
+      gone = st != SandboxState::running && st != SandboxState::paused;
     } catch (const Error&) {
       gone = true;
     }

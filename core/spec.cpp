@@ -19,6 +19,7 @@ std::string_view state_name(SandboxState s) {
     case SandboxState::dead: return "dead";
     case SandboxState::failed: return "failed";
     case SandboxState::pooled: return "pooled";
+    case SandboxState::paused: return "paused";
   }
   return "failed";
 }
@@ -29,8 +30,9 @@ SandboxState parse_state(std::string_view s) {
   if (s == "dead") return SandboxState::dead;
   if (s == "failed") return SandboxState::failed;
   if (s == "pooled") return SandboxState::pooled;
+  if (s == "paused") return SandboxState::paused;
   throw Error(Errc::invalid_argument, "unknown sandbox state '" + std::string(s) + "'")
-      .set_hint("states are creating, running, dead, failed, pooled");
+      .set_hint("states are creating, running, paused, dead, failed, pooled");
 }
 
 void reject_unknown_fields(const json& j, std::initializer_list<const char*> allowed, std::string_view what) {

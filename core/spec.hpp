@@ -48,8 +48,12 @@ struct SandboxSpec {
 };
 
 /// pooled: started by the warm pool (core/pool.hpp), ready and not yet handed to anyone.
-enum class SandboxState { creating, running, dead, failed, pooled };
+enum class SandboxState { creating, running, dead, failed, pooled, paused };
 std::string_view state_name(SandboxState s);
+/// Whether a sandbox in this state has an agent process that should be there (running, paused, pooled).
+inline bool has_agent(SandboxState s) {
+  return s == SandboxState::running || s == SandboxState::paused || s == SandboxState::pooled;
+}
 SandboxState parse_state(std::string_view s);
 
 /// The process a one-shot sandbox lives for (`sbx exec --rm`): when it is

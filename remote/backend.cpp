@@ -265,10 +265,15 @@ std::vector<SandboxRecord> RemoteBackend::list() {
   return recs;
 }
 
-SandboxRecord RemoteBackend::get(const std::string& id) {
-  json answer = call_json("GET", sandbox_path(id), nullptr);
+SandboxRecord RemoteBackend::record_call(const std::string& method, const std::string& path) {
+  json answer = call_json(method, path, nullptr);
   return as_seen_here(decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); }));
 }
+
+SandboxRecord RemoteBackend::get(const std::string& id) { return record_call("GET", sandbox_path(id)); }
+
+SandboxRecord RemoteBackend::pause(const std::string& id) { return record_call("POST", sandbox_path(id) + "/pause"); }
+SandboxRecord RemoteBackend::resume(const std::string& id) { return record_call("POST", sandbox_path(id) + "/resume"); }
 
 SandboxRecord RemoteBackend::as_seen_here(SandboxRecord rec) const {
   // From this host a manager's sandbox runs on "remote"; which driver the

@@ -45,6 +45,8 @@ class RemoteBackend : public Backend {
   std::vector<SandboxRecord> list() override;
   SandboxRecord get(const std::string& id) override;
   void remove(const std::string& id) override;
+  SandboxRecord pause(const std::string& id) override;
+  SandboxRecord resume(const std::string& id) override;
   GcReport gc(bool dry_run) override;
   std::optional<FileEntry> stat(const std::string& id, const std::string& path) override;
   uint64_t put(const std::string& id, const std::string& target, EntrySource& source, uint64_t max_bytes) override;
@@ -77,6 +79,8 @@ class RemoteBackend : public Backend {
   nlohmann::json spec_body(const SandboxSpec& spec) const;
   /// A manager's record as this host shows it: driver "remote", the manager's driver in driver_data.
   SandboxRecord as_seen_here(SandboxRecord rec) const;
+  /// A call on the manager whose answer is one sandbox record (GET, pause, resume).
+  SandboxRecord record_call(const std::string& method, const std::string& path);
 
   std::string state_dir_;
   std::string default_network_;  ///< the client's defaults.network, sent when the spec does not say

@@ -52,7 +52,7 @@ std::string allowed_methods(const std::string& path) {
   auto slash = rest.find('/');
   if (slash == std::string::npos) return "GET, DELETE";
   std::string sub = rest.substr(slash + 1);
-  if (sub == "exec" || sub == "commands" || sub == "tokens") return "POST";
+  if (sub == "exec" || sub == "commands" || sub == "tokens" || sub == "pause" || sub == "resume") return "POST";
   if (sub.rfind("ports/", 0) == 0) return kPortProxyMethods;
   if (sub == "stat" || sub == "exec/ws" || sub == "processes" || sub.rfind("tcp/", 0) == 0) return "GET";
   if (sub.rfind("processes/", 0) == 0) return sub.size() > 7 && sub.ends_with("/signal") ? "POST" : "GET";
@@ -232,6 +232,8 @@ HttpResponse Api::sandbox_route(const HttpRequest& req, const std::string& rest)
   if (sub == "exec") return exec(req, &rec);
   if (sub == "exec/ws") return exec_ws(req, &rec);
   if (sub == "tokens") return tokens(req, rec);
+  if (sub == "pause") return json_response(200, public_record(backend_.pause(id)));
+  if (sub == "resume") return json_response(200, public_record(backend_.resume(id)));
   if (sub == "processes" || sub.rfind("processes/", 0) == 0) return processes_route(req, rec, sub);
   if (sub.rfind("tcp/", 0) == 0) return tcp_ws(req, rec, port_number(sub.substr(4)));
   if (sub == "commands") return commands(req, rec);

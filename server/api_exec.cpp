@@ -248,7 +248,8 @@ json Api::run_command(const ExecBody& eb, const SandboxSpec& spec, const std::st
 }
 
 void require_running(const SandboxRecord& rec) {
-  if (rec.state != SandboxState::running)
+  // A paused sandbox counts: the backend resumes it for whatever reaches its agent.
+  if (rec.state != SandboxState::running && rec.state != SandboxState::paused)
     throw Error(Errc::conflict, "sandbox " + rec.id + " is " + std::string(state_name(rec.state)))
         .set_hint(rec.error.empty() ? "remove it and create another" : rec.error);
 }

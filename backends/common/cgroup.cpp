@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cerrno>
@@ -91,7 +92,16 @@ std::vector<Controller> detect(std::string* why) {
     else if (v2_unified.count(ctrl)) out.push_back({ctrl, "/sys/fs/cgroup/unified", true});
     else if (auto m = v1_mount(ctrl); !m.empty()) out.push_back({ctrl, m, false});
   }
-  if (out.empty() && why) *why = "no memory, pids or cpu cgroup controller is mounted under /sys/fs/cgroup";
+  if (out.empty()) {
+    if (why) *why = "no memory, pids or cpu cgroup controller is mounted under /sys/fs/cgroup";
+    return out;
+  }
+  // The freezer (sbx pause) goes where the groups already are: v2 has it in
+  // every group (cgroup.freeze); on v1 or a hybrid, the v1 freezer hierarchy.
+  auto v2 = std::find_if(out.begin(), out.end(), [](const Controller& c) { return c.v2; });
+  if (v2 != out.end()) out.push_back({"freezer", v2->root, true});
+  else if (path_exists("/sys/fs/cgroup/freezer/freezer.state") || path_exists("/sys/fs/cgroup/freezer/cgroup.procs"))
+    out.push_back({"freezer", "/sys/fs/cgroup/freezer", false});
   return out;
 }
 
@@ -136,7 +146,7 @@ Group Group::create(const std::string& scope, const std::string& name, const Lim
       // v2 hands controllers down only where each parent enables them.
       for (auto* dir : {c.root.c_str(), top.c_str(), parent.c_str()}) {
         for (auto& cc : g.ctrls_)
-          if (cc.v2 && cc.root == c.root) {
+          if (cc.v2 && cc.root == c.root && cc.name != "freezer") {  // v2's freezer is in every group
             try {
               write_knob(std::string(dir) + "/cgroup.subtree_control", "+" + cc.name);
             } catch (const Error&) {
@@ -182,6 +192,54 @@ uint64_t Group::oom_kills() const {
   return 0;
 }
 
+const Controller* Group::freezer() const {
+  for (auto& c : ctrls_)
+    if (c.name == "freezer") return &c;
+  return nullptr;
+}
+
+bool Group::can_freeze() const { return freezer() != nullptr; }
+
+void Group::freeze(bool frozen) const {
+  using namespace std::chrono;
+  const Controller* c = freezer();
+  if (!c) throw Error(Errc::unavailable, "this host has no cgroup freezer").set_hint("mount the v1 freezer or use cgroup v2");
+  std::string p = path(*c);
+  // v1 says FREEZING until every task stopped, v2 raises "frozen 1" in cgroup.events.
+  std::string knob = c->v2 ? p + "/cgroup.freeze" : p + "/freezer.state";
+  write_knob(knob, c->v2 ? (frozen ? "1" : "0") : (frozen ? "FROZEN" : "THAWED"));
+  auto settled = [&] {
+    if (!c->v2) {
+      auto st = read_file_if_exists(knob).value_or("");
+      return st.rfind(frozen ? "FROZEN" : "THAWED", 0) == 0;
+    }
+    auto ev = read_file_if_exists(p + "/cgroup.events").value_or("");
+    return ev.find(frozen ? "frozen 1" : "frozen 0") != std::string::npos;
+  };
+  auto deadline = steady_clock::now() + seconds(5);
+  for (int us = 50; !settled(); us = std::min(us * 2, 5'000)) {
+    if (steady_clock::now() > deadline)
+      throw Error(Errc::timeout, "cgroup sbx/" + scope_ + "/" + name_ + (frozen ? " did not freeze" : " did not thaw") + " within 5 s");
+    std::this_thread::sleep_for(microseconds(us));
+  }
+}
+
+void Group::thaw_if_frozen() const {
+  try {
+    if (frozen()) freeze(false);
+  } catch (const Error&) {
+    // Gone meanwhile, or stuck: the SIGKILL sweep that follows reports what stays.
+  }
+}
+
+bool Group::frozen() const {
+  const Controller* c = freezer();
+  if (!c) return false;
+  std::string p = path(*c);
+  if (!c->v2) return read_file_if_exists(p + "/freezer.state").value_or("").rfind("FROZEN", 0) == 0;
+  return read_file_if_exists(p + "/cgroup.events").value_or("").find("frozen 1") != std::string::npos;
+}
+
 bool Group::exists() const {
   for (auto& c : ctrls_)
     if (path_exists(path(c))) return true;
@@ -190,6 +248,9 @@ bool Group::exists() const {
 
 void Group::destroy() const {
   using namespace std::chrono;
+  // A frozen task takes no SIGKILL until thawed on v1 (v2's cgroup.kill works
+  // either way): a paused sandbox is removed as a running one is.
+  thaw_if_frozen();
   for (auto& c : ctrls_) {
     std::string p = path(c);
     if (!path_exists(p)) continue;

@@ -16,7 +16,7 @@ namespace sbx::cgroup {
 
 /// Where one controller lives.
 struct Controller {
-  std::string name;  ///< memory | pids | cpu
+  std::string name;  ///< memory | pids | cpu | freezer
   std::string root;  ///< mount of its hierarchy
   bool v2 = false;
 };
@@ -49,6 +49,15 @@ class Group {
   uint64_t oom_kills() const;
   /// SIGKILLs everything inside and removes the group; idempotent.
   void destroy() const;
+  /// Whether this host has a freezer for the group (`sbx pause`).
+  bool can_freeze() const;
+  /// Freezes (or thaws) every process in the group and waits until the
+  /// kernel says all of them are; the processes keep their memory.
+  void freeze(bool frozen) const;
+  /// Whether the group is frozen now.
+  bool frozen() const;
+  /// Thaws a frozen group, quietly (before a kill: on v1 a frozen task takes no SIGKILL).
+  void thaw_if_frozen() const;
   /// Whether the group exists in any controller.
   bool exists() const;
 
@@ -60,6 +69,7 @@ class Group {
   std::string name_;
   std::vector<Controller> ctrls_;
   std::string path(const Controller& c) const;
+  const Controller* freezer() const;
 };
 
 }  // namespace sbx::cgroup

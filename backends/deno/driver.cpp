@@ -311,6 +311,7 @@ class DenoDriver : public Driver {
   }
 
   void destroy(const SandboxRecord& rec, const std::string& /*dir*/) override {
+    if (auto g = group_of(rec)) g->thaw_if_frozen();  // a frozen process takes no SIGKILL on v1
     proc::kill_pinned(rec.agent_pid, rec.agent_start);
     if (rec.agent_pid > 0) ::waitpid(rec.agent_pid, nullptr, WNOHANG);  // ours when this process started it
     if (rec.id.empty()) return;
@@ -321,6 +322,10 @@ class DenoDriver : public Driver {
     }
     ::rmdir((std::string(kMountBase) + "/" + rec.id).c_str());
   }
+
+  // The cgroup freezer; without root there is no group, and no pause.
+  void pause(const SandboxRecord& rec, const std::string& /*dir*/) override { freezable(rec).freeze(true); }
+  void resume(const SandboxRecord& rec, const std::string& /*dir*/) override { freezable(rec).freeze(false); }
 
   uint64_t oom_kills(const SandboxRecord& rec) override {
     auto it = rec.driver_data.find("cgroup_scope");
@@ -349,6 +354,16 @@ class DenoDriver : public Driver {
 
  private:
   std::string scope() const { return cgroup::scope_for(cfg_.state_dir); }
+  static std::optional<cgroup::Group> group_of(const SandboxRecord& rec) {
+    auto it = rec.driver_data.find("cgroup_scope");
+    if (rec.id.empty() || it == rec.driver_data.end() || !it->is_string()) return std::nullopt;
+    return cgroup::Group::open(it->get<std::string>(), rec.id);
+  }
+  static cgroup::Group freezable(const SandboxRecord& rec) {
+    auto g = group_of(rec);
+    if (!g) throw Error(Errc::unavailable, "sandbox " + rec.id + " has no cgroup to freeze (sbx ran without root)");
+    return *g;
+  }
   Config cfg_;
 };
 

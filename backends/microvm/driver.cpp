@@ -206,6 +206,9 @@ class MicrovmDriver : public Driver {
     return vmm_of(rec)->connect(dir + "/vm");
   }
 
+  void pause(const SandboxRecord& rec, const std::string& dir) override { vmm_of(rec)->set_paused(dir + "/vm", true); }
+  void resume(const SandboxRecord& rec, const std::string& dir) override { vmm_of(rec)->set_paused(dir + "/vm", false); }
+
   bool alive(const SandboxRecord& rec) override {
     if (!process_alive(rec)) return false;
     // While it boots (create is still waiting for it) a running process is all there is to see.

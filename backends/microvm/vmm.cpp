@@ -38,6 +38,25 @@ std::string read_line(int fd, int timeout_ms) {
   throw Error(Errc::protocol, "the connection ended before a full line: '" + line + "'");
 }
 
+// One QMP command on QEMU's monitor socket: the greeting, qmp_capabilities,
+// then `cmd`; events QEMU sends meanwhile ({"event": ...}) are skipped.
+void qmp_command(const std::string& socket_path, const std::string& cmd) {
+  Fd s = connect_unix(socket_path, "QEMU's QMP socket");
+  auto answer = [&](const std::string& what) {
+    for (;;) {
+      json j = json::parse(read_line(s.get(), 5000), nullptr, false);
+      if (j.is_discarded() || j.contains("event") || j.contains("QMP")) continue;
+      if (j.contains("error")) throw Error(Errc::io, "QMP " + what + " failed: " + j["error"].dump());
+      return;
+    }
+  };
+  read_line(s.get(), 5000);  // {"QMP": {"version": ...}}
+  write_all(s.get(), R"({"execute": "qmp_capabilities"})" "\n");
+  answer("qmp_capabilities");
+  write_all(s.get(), json{{"execute", cmd}}.dump() + "\n");
+  answer(cmd);
+}
+
 class Qemu : public Vmm {
  public:
   explicit Qemu(std::string bin) : bin_(std::move(bin)) {}
@@ -59,6 +78,8 @@ class Qemu : public Vmm {
         "-m", std::to_string(p.memory_mb),
         "-smp", std::to_string(p.vcpus),
         "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+        // QMP, for sbx pause/resume (stop/cont): the vCPUs stop, the guest's memory stays.
+        "-qmp", "unix:" + p.dir + "/qmp.sock,server=on,wait=off",
         "-kernel", p.kernel, "-initrd", p.initrd,
         "-append", base_cmdline(p),
         "-serial", "file:" + p.console_log,
@@ -99,6 +120,10 @@ class Qemu : public Vmm {
 
   Fd connect(const std::string& vm_dir) const override {
     return connect_unix(vm_dir + "/agent.sock", "the micro-VM's relay");
+  }
+
+  void set_paused(const std::string& vm_dir, bool paused) const override {
+    qmp_command(vm_dir + "/qmp.sock", paused ? "stop" : "cont");
   }
 
  private:
@@ -149,6 +174,10 @@ class CloudHypervisor : public Vmm {
     if (line.rfind("OK ", 0) != 0)
       throw Error(Errc::unavailable, "the guest's vsock port " + std::to_string(kAgentVsockPort) + " refused: " + line);
     return s;
+  }
+
+  void set_paused(const std::string& vm_dir, bool paused) const override {
+    send_api_request(vm_dir + "/api.sock", {"PUT", paused ? "/api/v1/vm.pause" : "/api/v1/vm.resume", ""}, 5000);
   }
 
  private:

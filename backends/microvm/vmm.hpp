@@ -75,6 +75,8 @@ class Vmm {
   virtual bool relayed() const = 0;
   /// A new stream to the guest's agent (VM dir as in VmPlan::dir).
   virtual Fd connect(const std::string& vm_dir) const = 0;
+  /// Stops (paused) or continues the guest's vCPUs through the VMM's API.
+  virtual void set_paused(const std::string& vm_dir, bool paused) const = 0;
 };
 
 /// QEMU with the microvm machine type: virtio-mmio devices, a virtio-serial port for the agent.

@@ -282,6 +282,10 @@ class RunscDriver : public Driver {
     return cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).oom_kills();
   }
 
+  // gVisor's own: the sentry stops every task of the container (its memory stays in the sentry).
+  void pause(const SandboxRecord& rec, const std::string& /*dir*/) override { runsc_state_change(rec, "pause"); }
+  void resume(const SandboxRecord& rec, const std::string& /*dir*/) override { runsc_state_change(rec, "resume"); }
+
   bool set_limits(const SandboxRecord& rec, const Limits& limits) override {
     // The caps are the host cgroup's that holds the whole container, not gVisor's own.
     cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).set_limits(with_runtime_allowance(limits));
@@ -332,6 +336,12 @@ class RunscDriver : public Driver {
     return call(global_args(find_binary(), str(rec, "runsc_root", root_dir(cfg_.state_dir)),
                             str(rec, "platform", "ptrace")),
                 args);
+  }
+
+  void runsc_state_change(const SandboxRecord& rec, const std::string& verb) {
+    auto r = runsc(rec, {verb, rec.id});
+    if (r.status != 0)
+      throw Error(Errc::io, "runsc " + verb + " " + rec.id + " failed: " + r.output.substr(0, 500));
   }
 
   static bool known_to_runsc(const std::string& root, const std::string& id) {

@@ -76,7 +76,8 @@ class SubprocessDriver : public Driver {
     // Killing the init ends the PID namespace (the kernel kills the rest) and
     // with it the mount namespace that holds the writable layer, whose loop
     // device then detaches itself; the cgroup sweep and release() below catch
-    // anything that raced.
+    // anything that raced. A paused sandbox is thawed first: a frozen init takes no SIGKILL on v1.
+    if (!rec.id.empty()) cgroup::Group::open(scope_of(rec), rec.id).thaw_if_frozen();
     proc::kill_pinned(rec.agent_pid, rec.agent_start);
     if (!rec.id.empty()) {
       cgroup::Group::open(scope_of(rec), rec.id).destroy();
@@ -93,6 +94,14 @@ class SubprocessDriver : public Driver {
   }
 
   uint64_t oom_kills(const SandboxRecord& rec) override { return cgroup::Group::open(scope_of(rec), rec.id).oom_kills(); }
+
+  // The cgroup freezer: every process of the sandbox is in its group.
+  void pause(const SandboxRecord& rec, const std::string& /*dir*/) override {
+    cgroup::Group::open(scope_of(rec), rec.id).freeze(true);
+  }
+  void resume(const SandboxRecord& rec, const std::string& /*dir*/) override {
+    cgroup::Group::open(scope_of(rec), rec.id).freeze(false);
+  }
 
   bool set_limits(const SandboxRecord& rec, const Limits& limits) override {
     cgroup::Group::open(scope_of(rec), rec.id).set_limits(limits);

@@ -37,7 +37,7 @@ def test_an_unknown_state_filter_is_refused_naming_the_states(sbx):
     r = sbx.run("ls", "--filter", "state=bogus")
     assert r.rc == 2 and r.out == "", r
     assert "the filter state=bogus: unknown sandbox state 'bogus'" in r.err, r
-    assert "states are creating, running, dead, failed, pooled" in r.err, r
+    assert "states are creating, running, paused, dead, failed, pooled" in r.err, r
 
 
 @pytest.mark.parametrize("flag", ["--idle-timeout", "--ttl"])

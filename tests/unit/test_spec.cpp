@@ -13,8 +13,10 @@ using sbx_test::error_of;
 TEST_CASE("spec: a bad state filter says so, for ls and the API alike", "[spec]") {
   CHECK(sbx::parse_state_filter("running") == sbx::SandboxState::running);
   CHECK(sbx::parse_state_filter("pooled") == sbx::SandboxState::pooled);
+  CHECK(sbx::parse_state_filter("paused") == sbx::SandboxState::paused);
+  CHECK(sbx::state_name(sbx::SandboxState::paused) == "paused");
   auto e = error_of([] { sbx::parse_state_filter("bogus"); });
   CHECK(e.code() == Errc::invalid_argument);
   CHECK(std::string(e.what()) == "the filter state=bogus: unknown sandbox state 'bogus'");
-  CHECK(e.hint() == "states are creating, running, dead, failed, pooled");
+  CHECK(e.hint() == "states are creating, running, paused, dead, failed, pooled");
 }

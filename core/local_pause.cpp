@@ -1,0 +1,49 @@
+// LocalBackend's pause and resume (`sbx pause`, `sbx resume`): the driver
+// stops or continues every process of a sandbox, and the record says so.
+// Whatever needs the sandbox's agent (exec, cp, ps, port-forward) resumes a
+// paused sandbox first: a frozen agent would answer nothing.
+#include "core/local_backend.hpp"
+
+namespace sbx {
+
+namespace {
+// Only a sandbox whose agent is there can be paused or resumed.
+void check_live(const SandboxRecord& rec, Driver& driver, const char* verb) {
+  bool live = (rec.state == SandboxState::running || rec.state == SandboxState::paused) && driver.alive(rec);
+  if (!live)
+    throw Error(Errc::conflict, std::string("cannot ") + verb + " sandbox " + rec.id + ": it is " +
+                                    (rec.state == SandboxState::running || rec.state == SandboxState::paused
+                                         ? std::string("dead")
+                                         : std::string(state_name(rec.state))))
+        .set_hint("`sbx ls` shows its state");
+}
+}  // namespace
+
+SandboxRecord LocalBackend::set_paused(const std::string& id, bool paused) {
+  Fd guard = registry_.lock(registry_.get(id).id, true);
+  SandboxRecord rec = registry_.get(id);
+  auto driver = driver_for(rec);
+  check_live(rec, *driver, paused ? "pause" : "resume");
+  SandboxState want = paused ? SandboxState::paused : SandboxState::running;
+  if (rec.state == want) return rec;  // no error: pausing a paused sandbox leaves it so
+  with_context((paused ? "pausing sandbox " : "resuming sandbox ") + rec.id, [&] {
+    if (paused) driver->pause(rec, registry_.dir(rec.id));
+    else driver->resume(rec, registry_.dir(rec.id));
+  });
+  rec.state = want;
+  registry_.save(rec);
+  // Idle time starts again at the resume, not at the last exec before the pause.
+  if (!paused) registry_.touch(rec.id);
+  return rec;
+}
+
+SandboxRecord LocalBackend::pause(const std::string& id) { return set_paused(id, true); }
+SandboxRecord LocalBackend::resume(const std::string& id) { return set_paused(id, false); }
+
+void LocalBackend::resume_if_paused(SandboxRecord& rec) {
+  if (rec.state != SandboxState::paused) return;
+  // Under no other lock of this sandbox: resume takes the exclusive one.
+  rec = resume(rec.id);
+}
+
+}  // namespace sbx
