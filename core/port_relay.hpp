@@ -12,8 +12,7 @@ namespace sbx {
 /// directions ended (each EOF passed on: end to the agent, shutdown(SHUT_WR)
 /// locally) or either side failed (the other is then aborted). Holds at most
 /// about a megabyte per direction: a slow reader on one side stops reading on
-/// the other. Both descriptors are made non-blocking; data is spliced where the
-/// kernel can, and the calling thread blocks SIGPIPE for good (a relay's thread).
+/// the other. Both descriptors are made non-blocking.
 void relay_port_channel(int agent_fd, uint32_t channel, int local_fd);
 
 /// Copies bytes both ways between two connected stream sockets until both
