@@ -83,7 +83,7 @@ class Server {
                                   auto it = conns_.find(fd);
                                   return it != conns_.end() && it->second->congested();
                                 }}),
-        tcp_({[this](int fd, const std::string& b) { send(fd, b); },
+        tcp_({[this](int fd, std::string_view head, std::string_view body) { send_parts(fd, head, body); },
                         [this](int fd) {
                           auto it = conns_.find(fd);
                           return it == conns_.end() || it->second->congested();
@@ -104,7 +104,8 @@ class Server {
   void reap();
   void finish(Exec& e, int status);
   void drop_conn(int fd);
-  void send(int conn_fd, const std::string& frame);
+  void send(int conn_fd, const std::string& frame) { send_parts(conn_fd, frame, {}); }
+  void send_parts(int conn_fd, std::string_view head, std::string_view body);
   void flush(Conn& c);
   void feed_reads(Conn& c);
   Exec* exec_on(int conn_fd, uint32_t ch);
@@ -120,12 +121,21 @@ class Server {
   bool stop_ = false;
 };
 
-void Server::send(int conn_fd, const std::string& frame) {
+void Server::send_parts(int conn_fd, std::string_view head, std::string_view body) {
   auto it = conns_.find(conn_fd);
   if (it == conns_.end() || it->second->dead) return;
   Conn& c = *it->second;
-  c.out.append(frame);
-  flush(c);
+  if (c.out_off < c.out.size()) {  // behind what is queued already
+    c.out.append(head);
+    c.out.append(body);
+    return flush(c);
+  }
+  // Nothing queued: the frame goes straight from the caller's buffers in one call, and only
+  // what the stream does not take now is copied into the queue (a bulk relay's chunks mostly are not).
+  size_t done = proto::send_now(c.fd.get(), head, body, c.dead);
+  if (c.dead) return;
+  if (done < head.size()) c.out.append(head.substr(done));
+  c.out.append(body.substr(done > head.size() ? done - head.size() : 0));
 }
 
 void Server::flush(Conn& c) {
@@ -368,7 +378,9 @@ void Server::pump(Exec& e, int fd, proto::Type type, bool drain) {
     if (!drain && owner != conns_.end() && owner->second->congested()) return;
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
-      send(e.conn_fd, proto::encode(type, e.channel, std::string_view(buf, static_cast<size_t>(n))));
+      char head[proto::kHeaderSize];
+      proto::put_header(head, type, e.channel, static_cast<size_t>(n));
+      send_parts(e.conn_fd, std::string_view(head, sizeof head), std::string_view(buf, static_cast<size_t>(n)));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

@@ -60,7 +60,7 @@ void TcpRelay::open(int conn_fd, uint32_t channel, const nlohmann::json& req) {
 
 void TcpRelay::connected(Link& l) {
   l.connecting = false;
-  hooks_.send(l.conn_fd, proto::encode_json(proto::Type::ok, l.channel, nlohmann::json::object()));
+  hooks_.send(l.conn_fd, proto::encode_json(proto::Type::ok, l.channel, nlohmann::json::object()), {});
   write_sock(l);  // what the host sent before the answer
 }
 
@@ -93,7 +93,7 @@ void TcpRelay::frame(int conn_fd, const proto::Frame& f) {
 }
 
 void TcpRelay::fail(Link& l, const std::string& message) {
-  hooks_.send(l.conn_fd, proto::encode_error(l.channel, code_name(Errc::unavailable), 0, message));
+  hooks_.send(l.conn_fd, proto::encode_error(l.channel, code_name(Errc::unavailable), 0, message), {});
   close(l.sock.get());
 }
 
@@ -144,14 +144,16 @@ void TcpRelay::read_sock(Link& l) {
   while (!hooks_.congested(l.conn_fd)) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
-      hooks_.send(l.conn_fd, proto::encode(proto::Type::data, l.channel, std::string_view(buf, static_cast<size_t>(n))));
+      char head[proto::kHeaderSize];
+      proto::put_header(head, proto::Type::data, l.channel, static_cast<size_t>(n));
+      hooks_.send(l.conn_fd, std::string_view(head, sizeof head), std::string_view(buf, static_cast<size_t>(n)));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
     if (n < 0) return fail(l, "the connection to 127.0.0.1:" + std::to_string(l.port) + " in the sandbox broke: " + std::strerror(errno));
     l.sock_eof = true;
-    hooks_.send(l.conn_fd, proto::encode(proto::Type::end, l.channel));
+    hooks_.send(l.conn_fd, proto::encode(proto::Type::end, l.channel), {});
     return maybe_done(fd);
   }
 }

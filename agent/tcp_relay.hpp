@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,8 +25,9 @@ namespace sbx::agent {
 
 /// What the relay needs of the agent's loop.
 struct RelayHooks {
-  /// Queues a frame for a host connection.
-  std::function<void(int conn_fd, const std::string& frame)> send;
+  /// Queues a frame for a host connection: its bytes are head then body (a data frame's
+  /// header and payload, sent as they are without building the frame; or a whole frame and "").
+  std::function<void(int conn_fd, std::string_view head, std::string_view body)> send;
   /// Whether that connection's queue is over the high-water mark (its sockets are not read then).
   std::function<bool(int conn_fd)> congested;
 };

@@ -5,8 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "core/protocol.hpp"
@@ -38,6 +41,15 @@ struct Outbox {
     off = 0;
     return true;
   }
+  // Sends head then body: with nothing queued, straight from the caller's buffers in one
+  // call, queuing only what the socket does not take now (a bulk relay's chunks are then
+  // not copied here). A broken peer is left for the next flush to report.
+  void put(int fd, std::string_view head, std::string_view body) {
+    bool broke = false;
+    size_t done = size() ? 0 : proto::send_now(fd, head, body, broke);
+    if (done < head.size()) buf.append(head.substr(done));
+    buf.append(body.substr(done > head.size() ? done - head.size() : 0));
+  }
 };
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -50,6 +62,7 @@ class ChannelRelay {
  private:
   bool read_local();   // false: the local side broke
   bool read_agent();   // false: the agent side ended the channel (error) or went away
+  bool take(const char* p, size_t n);  // parses the agent's bytes; false as read_agent
   void abort_agent() {
     to_agent_.buf += proto::encode_error(ch_, "unavailable", 0, "the host's side of the connection broke");
     to_agent_.flush(a_);
@@ -58,7 +71,12 @@ class ChannelRelay {
   int a_;
   uint32_t ch_;
   int l_;
-  proto::Decoder dec_;
+  // The agent's stream is parsed in place: a data frame's payload goes from the read buffer
+  // to the local socket, with no frame built (the relay's bulk path copies nothing itself).
+  char head_[proto::kHeaderSize];
+  size_t head_got_ = 0;     // bytes of the current frame's header read
+  proto::Header frame_{};   // the current frame, once its header is whole
+  size_t body_left_ = 0;    // of its payload, not read yet
   Outbox to_agent_, to_local_;
   bool local_eof_ = false;  // the local EOF went to the agent as end
   bool agent_end_ = false;  // the agent's end arrived
@@ -70,10 +88,40 @@ bool ChannelRelay::read_local() {
   char* buf = buf_.data();
   while (!local_eof_ && to_agent_.size() < kHighWater) {
     ssize_t n = ::read(l_, buf, buf_.size());
-    if (n > 0) to_agent_.buf += proto::encode(proto::Type::data, ch_, std::string_view(buf, static_cast<size_t>(n)));
-    else if (n == 0) to_agent_.buf += proto::encode(proto::Type::end, ch_), local_eof_ = true;
-    else if (errno == EINTR) continue;
-    else return errno == EAGAIN;
+    if (n > 0) {
+      char head[proto::kHeaderSize];
+      proto::put_header(head, proto::Type::data, ch_, static_cast<size_t>(n));
+      to_agent_.put(a_, std::string_view(head, sizeof head), std::string_view(buf, static_cast<size_t>(n)));
+    } else if (n == 0) {
+      to_agent_.buf += proto::encode(proto::Type::end, ch_), local_eof_ = true;
+    } else if (errno == EINTR) {
+      continue;
+    } else {
+      return errno == EAGAIN;
+    }
+  }
+  return true;
+}
+
+bool ChannelRelay::take(const char* p, size_t n) {
+  while (n) {
+    if (head_got_ < sizeof head_) {
+      size_t k = std::min(n, sizeof head_ - head_got_);
+      std::memcpy(head_ + head_got_, p, k);
+      head_got_ += k, p += k, n -= k;
+      if (head_got_ < sizeof head_) return true;
+      frame_ = proto::parse_header(head_);
+      body_left_ = frame_.length;
+    } else {
+      size_t k = std::min(n, body_left_);
+      if (frame_.channel == ch_ && frame_.type == proto::Type::data) to_local_.put(l_, {}, std::string_view(p, k));
+      body_left_ -= k, p += k, n -= k;
+    }
+    if (body_left_) continue;
+    head_got_ = 0;  // the frame is whole
+    if (frame_.channel != ch_ || frame_.type == proto::Type::data) continue;
+    if (frame_.type != proto::Type::end) return false;  // error: the connection in the sandbox broke
+    agent_end_ = true;
   }
   return true;
 }
@@ -87,13 +135,7 @@ bool ChannelRelay::read_agent() {
       if (errno == EINTR) continue;
       return errno == EAGAIN;
     }
-    dec_.feed(buf, static_cast<size_t>(n));
-    while (auto f = dec_.pop()) {
-      if (f->channel != ch_) continue;
-      if (f->type == proto::Type::data) to_local_.buf += f->payload;
-      else if (f->type == proto::Type::end) agent_end_ = true;
-      else return false;  // error: the connection in the sandbox broke
-    }
+    if (!take(buf, static_cast<size_t>(n))) return false;
   }
   return true;
 }

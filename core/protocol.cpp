@@ -1,5 +1,7 @@
 #include "core/protocol.hpp"
 
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,11 +23,11 @@ nlohmann::json Frame::json() const {
 }
 
 namespace {
-void put_u32(std::string& s, uint32_t v) {
-  s += static_cast<char>((v >> 24) & 0xff);
-  s += static_cast<char>((v >> 16) & 0xff);
-  s += static_cast<char>((v >> 8) & 0xff);
-  s += static_cast<char>(v & 0xff);
+void put_u32(char* s, uint32_t v) {
+  s[0] = static_cast<char>((v >> 24) & 0xff);
+  s[1] = static_cast<char>((v >> 16) & 0xff);
+  s[2] = static_cast<char>((v >> 8) & 0xff);
+  s[3] = static_cast<char>(v & 0xff);
 }
 uint32_t get_u32(const char* p) {
   auto b = [&](int i) { return static_cast<uint32_t>(static_cast<unsigned char>(p[i])); };
@@ -33,14 +35,55 @@ uint32_t get_u32(const char* p) {
 }
 }  // namespace
 
+Header parse_header(const char* p) {
+  Header h;
+  h.length = get_u32(p);
+  auto type = static_cast<uint8_t>(p[4]);
+  if (h.length > kMaxPayload) throw Error(Errc::protocol, "agent frame length " + std::to_string(h.length) + " exceeds limit");
+  if (!known_type(type)) throw Error(Errc::protocol, "unknown agent frame type " + std::to_string(type));
+  h.type = static_cast<Type>(type);
+  h.channel = get_u32(p + 5);
+  return h;
+}
+
+void put_header(char* out, Type type, uint32_t channel, size_t length) {
+  if (length > kMaxPayload)
+    throw Error(Errc::limit_exceeded, "agent frame of " + std::to_string(length) + " bytes is too large");
+  put_u32(out, static_cast<uint32_t>(length));
+  out[4] = static_cast<char>(type);
+  put_u32(out + 5, channel);
+}
+
+size_t send_now(int fd, std::string_view head, std::string_view body, bool& broke) {
+  size_t done = 0, total = head.size() + body.size();
+  while (done < total) {
+    iovec iov[2];
+    int cnt = 0;
+    if (done < head.size()) iov[cnt++] = {const_cast<char*>(head.data() + done), head.size() - done};
+    size_t in_body = done < head.size() ? 0 : done - head.size();
+    if (in_body < body.size()) iov[cnt++] = {const_cast<char*>(body.data() + in_body), body.size() - in_body};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(cnt);
+    ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == ENOTSOCK) n = ::writev(fd, iov, cnt);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    broke = !(n < 0 && errno == EAGAIN);
+    break;
+  }
+  return done;
+}
+
 std::string encode(Type type, uint32_t channel, std::string_view payload) {
-  if (payload.size() > kMaxPayload)
-    throw Error(Errc::limit_exceeded, "agent frame of " + std::to_string(payload.size()) + " bytes is too large");
+  char head[kHeaderSize];
+  put_header(head, type, channel, payload.size());
   std::string out;
   out.reserve(kHeaderSize + payload.size());
-  put_u32(out, static_cast<uint32_t>(payload.size()));
-  out += static_cast<char>(type);
-  put_u32(out, channel);
+  out.append(head, kHeaderSize);
   out.append(payload);
   return out;
 }
@@ -56,16 +99,13 @@ std::string encode_error(uint32_t channel, std::string_view code, int err, std::
 std::optional<Frame> Decoder::pop() {
   if (buffered() < kHeaderSize) return std::nullopt;
   const char* p = buf_.data() + pos_;
-  uint32_t len = get_u32(p);
-  auto type = static_cast<uint8_t>(p[4]);
-  if (len > kMaxPayload) throw Error(Errc::protocol, "agent frame length " + std::to_string(len) + " exceeds limit");
-  if (!known_type(type)) throw Error(Errc::protocol, "unknown agent frame type " + std::to_string(type));
-  if (buffered() < kHeaderSize + len) return std::nullopt;
+  Header h = parse_header(p);
+  if (buffered() < kHeaderSize + h.length) return std::nullopt;
   Frame f;
-  f.type = static_cast<Type>(type);
-  f.channel = get_u32(p + 5);
-  f.payload.assign(p + kHeaderSize, len);
-  pos_ += kHeaderSize + len;
+  f.type = h.type;
+  f.channel = h.channel;
+  f.payload.assign(p + kHeaderSize, h.length);
+  pos_ += kHeaderSize + h.length;
   // Compact once the consumed prefix dominates, so a long stream does not grow the buffer.
   if (pos_ > 4096 && pos_ * 2 > buf_.size()) {
     buf_.erase(0, pos_);
@@ -77,15 +117,12 @@ std::optional<Frame> Decoder::pop() {
 std::optional<Frame> read_frame(int fd) {
   char hdr[kHeaderSize];
   if (!read_exact(fd, hdr, sizeof hdr)) return std::nullopt;
-  uint32_t len = get_u32(hdr);
-  auto type = static_cast<uint8_t>(hdr[4]);
-  if (len > kMaxPayload) throw Error(Errc::protocol, "agent frame length " + std::to_string(len) + " exceeds limit");
-  if (!known_type(type)) throw Error(Errc::protocol, "unknown agent frame type " + std::to_string(type));
+  Header h = parse_header(hdr);
   Frame f;
-  f.type = static_cast<Type>(type);
-  f.channel = get_u32(hdr + 5);
-  f.payload.resize(len);
-  if (len && !read_exact(fd, f.payload.data(), len)) throw Error(Errc::protocol, "agent stream ended inside a frame");
+  f.type = h.type;
+  f.channel = h.channel;
+  f.payload.resize(h.length);
+  if (h.length && !read_exact(fd, f.payload.data(), h.length)) throw Error(Errc::protocol, "agent stream ended inside a frame");
   return f;
 }
 

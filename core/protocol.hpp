@@ -63,6 +63,25 @@ struct Frame {
   nlohmann::json json() const;
 };
 
+/// A frame's header, as read off the stream.
+struct Header {
+  Type type{};
+  uint32_t channel = 0;
+  uint32_t length = 0;  ///< of the payload that follows
+};
+/// Parses kHeaderSize bytes; throws protocol on an unknown type or an oversized length.
+Header parse_header(const char* p);
+/// Writes the kHeaderSize header bytes of a frame with a payload of `length` bytes to out
+/// (a sender that has the payload in a buffer of its own sends both without building the frame).
+/// Throws limit_exceeded for a length over kMaxPayload.
+void put_header(char* out, Type type, uint32_t channel, size_t length);
+
+/// Writes what the non-blocking stream fd takes now of head then body, in as few calls as
+/// it takes them (sendmsg; writev when fd is not a socket, as virtio-serial is not), so a
+/// frame goes out from its sender's buffers without being built. Returns the bytes written;
+/// sets `broke` when the stream failed (EAGAIN is not a failure).
+size_t send_now(int fd, std::string_view head, std::string_view body, bool& broke);
+
 /// The bytes of one frame. Throws limit_exceeded for a payload over kMaxPayload.
 std::string encode(Type type, uint32_t channel, std::string_view payload = {});
 /// The bytes of one frame with a JSON payload.

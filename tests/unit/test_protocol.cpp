@@ -397,3 +397,44 @@ TEST_CASE("protocol: an exec's exit frame of the wrong shape is an sbx::Error na
   auto e = error_of([&] { client.exec(req, io); });  // spec.cpp's field check: invalid_argument
   CHECK(std::string(e.what()).find("exit_code") != std::string::npos);
 }
+
+TEST_CASE("protocol: put_header and parse_header agree with encode, and parse_header checks", "[protocol]") {
+  char head[sbx::proto::kHeaderSize];
+  sbx::proto::put_header(head, Type::data, 0x01020304u, 3);
+  CHECK(std::string(head, sizeof head) == sbx::proto::encode(Type::data, 0x01020304u, "abc").substr(0, 9));
+  auto h = sbx::proto::parse_header(head);
+  CHECK(h.type == Type::data);
+  CHECK(h.channel == 0x01020304u);
+  CHECK(h.length == 3);
+  CHECK(error_of([&] { sbx::proto::put_header(head, Type::data, 1, sbx::proto::kMaxPayload + 1); }).code() ==
+        Errc::limit_exceeded);
+  std::string big = raw_header(sbx::proto::kMaxPayload + 1, static_cast<uint8_t>(Type::data), 1);
+  CHECK(error_of([&] { sbx::proto::parse_header(big.data()); }).code() == Errc::protocol);
+  std::string unknown = raw_header(0, 0x7f, 1);
+  CHECK(error_of([&] { sbx::proto::parse_header(unknown.data()); }).code() == Errc::protocol);
+}
+
+TEST_CASE("protocol: send_now writes head then body as one frame, stops at a full socket, reports a broken one", "[protocol]") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+  sbx::Fd a(sv[0]), b(sv[1]);
+  std::string body = binary_payload(1000);
+  char head[sbx::proto::kHeaderSize];
+  sbx::proto::put_header(head, Type::data, 7, body.size());
+  bool broke = false;
+  CHECK(sbx::proto::send_now(a.get(), std::string_view(head, sizeof head), body, broke) == sizeof head + body.size());
+  CHECK_FALSE(broke);
+  auto f = sbx::proto::read_frame(b.get());
+  REQUIRE(f);
+  CHECK(f->channel == 7);
+  CHECK(f->payload == body);
+  // A peer that reads nothing: what fits is written, the rest is the caller's to queue.
+  std::string huge(8 << 20, 'x');
+  size_t took = sbx::proto::send_now(a.get(), {}, huge, broke);
+  CHECK(took > 0);
+  CHECK(took < huge.size());
+  CHECK_FALSE(broke);
+  b.reset();
+  sbx::proto::send_now(a.get(), "x", {}, broke);
+  CHECK(broke);
+}

@@ -41,9 +41,10 @@ Fd listener(uint16_t& port) {
 struct Host {
   std::vector<proto::Frame> frames;
   bool congested = false;
-  TcpRelay relay{{[this](int, const std::string& b) {
+  TcpRelay relay{{[this](int, std::string_view head, std::string_view body) {
                     proto::Decoder d;
-                    d.feed(b.data(), b.size());
+                    d.feed(head.data(), head.size());
+                    d.feed(body.data(), body.size());
                     while (auto f = d.pop()) frames.push_back(*f);
                   },
                   [this](int) { return congested; }}};
