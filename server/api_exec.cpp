@@ -77,7 +77,7 @@ ExecStream::ExecStream(std::atomic<int>& in_flight, int client_fd, bool detach)
 void ExecStream::start(std::function<json(ExecIO&)> work) {
   auto self = shared_from_this();
   ++in_flight_;
-  std::thread([self, work = std::move(work)] {
+  std::thread([self, work = std::move(work)]() mutable {
     ExecIO io;
     io.signal_fd = self->sig_r_.get();
     int w = self->out_w_.get();
@@ -98,6 +98,10 @@ void ExecStream::start(std::function<json(ExecIO&)> work) {
       exit_line = {{"error", error_json(e)}};
     }
     write_line(w, json_line(exit_line));
+    // What the work holds (its exec slot) goes first: once in_flight_ is
+    // down the Api may be gone (a drain waits for just that), so nothing of it
+    // may be touched after.
+    work = nullptr;
     self->out_w_.reset();  // EOF for the reader
     --self->in_flight_;
   }).detach();

@@ -134,13 +134,14 @@ class DownloadStream : public ResponseStream, public std::enable_shared_from_thi
   void start(std::function<void(int)> work, std::string what) {
     auto self = shared_from_this();
     ++in_flight_;
-    std::thread([self, work = std::move(work), what = std::move(what)] {
+    std::thread([self, work = std::move(work), what = std::move(what)]() mutable {
       try {
         work(self->w_.get());
       } catch (const std::exception& e) {
         self->failed_ = true;
         std::fprintf(stderr, "sbx serve: %s failed midway: %s\n", what.c_str(), e.what());
       }
+      work = nullptr;    // what it holds goes while the Api surely stands (see ExecStream::start)
       self->w_.reset();  // EOF for the reader, after failed_ is set
       --self->in_flight_;
     }).detach();

@@ -14,7 +14,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "core/error.hpp"
@@ -142,19 +145,60 @@ bool header_has_token(const char* value, std::string_view token) {
   return false;
 }
 
+// Upgraded connections outlive their requests, each on a thread that hands
+// its handle back to libmicrohttpd when it ends. The handle is the daemon's
+// memory, so stopping the daemon first ends the sessions and waits for that.
+class Sessions {
+ public:
+  uint64_t begin(int sock) {
+    std::lock_guard lock(mu_);
+    socks_[++last_] = sock;
+    return last_;
+  }
+  // Before the socket is closed: end_all must not shut down a reused number.
+  void closing(uint64_t id) {
+    std::lock_guard lock(mu_);
+    socks_[id] = -1;
+  }
+  void end(uint64_t id) {
+    std::lock_guard lock(mu_);
+    socks_.erase(id);
+    cv_.notify_all();
+  }
+  // Shuts every session's socket (its reads end, so does it) and waits for
+  // the threads to give their handles back; false if one would not.
+  bool end_all(std::chrono::milliseconds patience) {
+    std::unique_lock lock(mu_);
+    for (auto& [id, sock] : socks_)
+      if (sock >= 0) ::shutdown(sock, SHUT_RDWR);
+    return cv_.wait_for(lock, patience, [&] { return socks_.empty(); });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, int> socks_;
+  uint64_t last_ = 0;
+};
+
 // The session of an upgraded connection, on a thread of its own: the
 // upgrade callback must return before libmicrohttpd relays TLS for it.
-void start_websocket_session(const MhdApi& m, Exchange& ex, const char* extra, size_t extra_size, int sock,
-                             MHD_UpgradeResponseHandle* urh) {
-  std::thread([&m, fn = std::move(ex.websocket), raw = std::move(ex.upgraded), key = ex.req.websocket_key,
-               in = std::string(extra, extra_size), sock, urh] {
+void start_websocket_session(const MhdApi& m, Sessions& sessions, Exchange& ex, const char* extra, size_t extra_size,
+                             int sock, MHD_UpgradeResponseHandle* urh) {
+  uint64_t id = sessions.begin(sock);
+  std::thread([&m, &sessions, id, fn = std::move(ex.websocket), raw = std::move(ex.upgraded),
+               key = ex.req.websocket_key, in = std::string(extra, extra_size), sock, urh]() mutable {
     try {
       if (raw) raw(sock, in);
       else fn(*ws::Connection::accept_upgraded(sock, key, in));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "websocket session failed: %s\n", e.what());
     }
+    fn = nullptr;  // what the session held goes while the daemon still stands
+    raw = nullptr;
+    sessions.closing(id);
     m.MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+    sessions.end(id);
   }).detach();
 }
 
@@ -174,6 +218,7 @@ struct HttpServer::Impl {
   // Until libmicrohttpd reports a request complete, its answer may still be
   // on the way: a drain must wait for this, not for the handler to return.
   std::atomic<int> open{0};
+  Sessions sessions;
 
   Impl(Api& a, HttpOptions o) : api(a), opts(std::move(o)) {}
 
@@ -186,7 +231,8 @@ struct HttpServer::Impl {
       resp = m->MHD_create_response_for_upgrade(
           [](void* cls, MHD_Connection*, void* con_cls, const char* extra, size_t extra_size, MHD_socket sock,
              MHD_UpgradeResponseHandle* urh) {
-            start_websocket_session(*static_cast<Impl*>(cls)->m, *static_cast<Exchange*>(con_cls), extra, extra_size,
+            auto* self = static_cast<Impl*>(cls);
+            start_websocket_session(*self->m, self->sessions, *static_cast<Exchange*>(con_cls), extra, extra_size,
                                     sock, urh);
           },
           this);
@@ -511,6 +557,8 @@ void HttpServer::quiesce() {
 void HttpServer::stop() {
   Impl& s = *impl_;
   if (!s.daemon) return;
+  if (!s.sessions.end_all(std::chrono::seconds(10)))
+    std::fprintf(stderr, "sbx serve: a WebSocket session did not end within 10 s of the stop\n");
   s.m->MHD_stop_daemon(s.daemon);
   s.daemon = nullptr;
   if (s.listen_fd >= 0) ::close(s.listen_fd);

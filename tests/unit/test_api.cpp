@@ -73,6 +73,10 @@ struct Fixture {
     for (auto* k : {&alice, &bob, &reader, &admin}) keys.add(*k);
     api = std::make_unique<sbx::server::Api>(cfg, drivers, backend, keys, limits);
   }
+  // As a manager's drain does: a streamed answer's worker ends a moment after its reader saw the end.
+  ~Fixture() {
+    for (int i = 0; i < 500 && api->in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 
   HttpResponse call(const ApiKey& key, const std::string& method, const std::string& path,
                     const std::string& body = "", std::map<std::string, std::string> query = {}) {
