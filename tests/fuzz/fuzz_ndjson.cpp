@@ -1,7 +1,6 @@
 // The remote client's reader of an exec's NDJSON stream (core/wire.hpp), as a
 // manager (or whatever answers in its place) sends it, in pieces of any size.
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include <fuzzer/FuzzedDataProvider.h>
@@ -19,8 +18,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       parser.feed(in.ConsumeBytesAsString(in.ConsumeIntegralInRange<size_t>(1, 128)));
     parser.finish();
     if (parser.done()) (void)parser.result().exit_code;
-  } catch (const sbx::Error& e) {
-    if (e.code() != sbx::Errc::protocol) std::abort();
+  } catch (const sbx::Error&) {
+    // Any code: a stream may carry the manager's own {"error": {...}} line,
+    // whose code is the manager's. Anything but an sbx::Error escapes and fails.
   }
   return 0;
 }
