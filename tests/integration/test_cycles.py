@@ -73,11 +73,15 @@ def test_cycles_leave_nothing_behind(managers, driver):
         ids.append(cycle())
     took = time.monotonic() - started
     print(f"{driver}: {n} jailed={driver in JAILED} cycles in {took:.1f} s ({1000 * took / n:.0f} ms each)")
-    # The manager's own threads wind down a moment after the last response.
+    # The manager's connection threads wind down a moment after a response,
+    # so either count may hold one of them: more after than before is a leak.
+    def within(after):
+        return all(after[k] <= before[k] for k in before)
+
     deadline = time.monotonic() + 10
-    while (after := held_by(m.proc.pid)) != before and time.monotonic() < deadline:
+    while not within(after := held_by(m.proc.pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert after == before, f"the manager held {before} before {n} cycles and {after} after"
+    assert within(after), f"the manager held {before} before {n} cycles and {after} after"
     assert m.list() == [], m.list()
     left = state_root_traces(m.state_dir)
     if driver in JAILED:
