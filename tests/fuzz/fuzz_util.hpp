@@ -1,5 +1,5 @@
-// What the fuzz targets share: a private temporary directory that goes with
-// everything in it, and an in-memory file to hand bytes to code that reads fds.
+// What the fuzz targets share: a private temporary directory (tests/temp_dir.hpp)
+// and an in-memory file to hand bytes to code that reads fds.
 #pragma once
 
 #include <dirent.h>
@@ -17,27 +17,12 @@
 #include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/fsutil.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace sbx_fuzz {
 
-/// A mkdtemp directory, removed with its contents when the object dies.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = "/tmp/sbx-fuzz-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path = tmpl;
-  }
-  ~TempDir() {
-    try {
-      sbx::remove_tree(path);
-    } catch (...) {
-    }
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& rel) const { return path + "/" + rel; }
-};
+/// The temporary directory the unit tests use too.
+using sbx_test::TempDir;
 
 /// A memfd holding `bytes`, positioned at its start.
 inline sbx::Fd memfd_with(std::string_view bytes) {

@@ -15,29 +15,9 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace sbx_test {
-
-/// A mkdtemp directory, removed with everything in it when the object dies.
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& tag = "unit") {
-    std::string tmpl = "/tmp/sbx-test-" + tag + "-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    try {
-      sbx::remove_tree(path);
-    } catch (...) {
-    }
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  /// path + "/" + rel.
-  std::string operator/(const std::string& rel) const { return path + "/" + rel; }
-};
 
 /// Writes text to path (created or truncated) with the given mode.
 inline void write_text(const std::string& path, const std::string& text, mode_t mode = 0644) {
