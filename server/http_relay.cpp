@@ -187,8 +187,7 @@ std::optional<std::string> raw_tail(const HttpRequest& req, const std::string& t
   auto slashes = std::count(req.path.begin(), req.path.end() - static_cast<std::ptrdiff_t>(tail.size()), '/');
   size_t at = 0;
   for (; slashes > 0 && at != std::string_view::npos; --slashes) at = raw_path.find('/', at + 1);
-  if (tail.empty()) return at == std::string_view::npos ? std::optional<std::string>("") : std::nullopt;
-  if (at == std::string_view::npos) return std::nullopt;
+  if (tail.empty() || at == std::string_view::npos) return std::nullopt;
   return std::string(raw_path.substr(at));
 }
 
@@ -198,7 +197,6 @@ std::string request_target(const std::string& path, const HttpRequest& req, std:
   std::string_view raw = req.raw_target;
   size_t q = raw.find('?');
   if (auto t = raw_tail(req, path, raw.substr(0, q))) {
-    if (t->empty()) t = "/";
     if (q == std::string_view::npos) return *t;
     char sep = '?';
     for (std::string_view rest = raw.substr(q + 1); !rest.empty();) {
