@@ -1,11 +1,15 @@
 // sbx: run untrusted code in sandboxes. This file only wires the subcommands
 // together and turns an error into one stderr line and an exit status.
 #include <cstdio>
+#include <cstring>
 
 #include "cli/common.hpp"
+#include "cli/dns_forwarder.hpp"
 
 int main(int argc, char** argv) {
   using namespace sbx::cli;
+  // Internal, started by sbx itself (never in --help or the docs).
+  if (argc == 2 && std::strcmp(argv[1], kDnsForwarder) == 0) return run_dns_forwarder();
   CLI::App app{"sbx: run untrusted code in sandboxes", "sbx"};
   app.set_version_flag("--version", std::string("sbx ") + SBX_VERSION);
   app.require_subcommand(1);

@@ -13,6 +13,7 @@
 #include "backends/common/cgroup.hpp"
 #include "backends/common/disk.hpp"
 #include "backends/common/hostview.hpp"
+#include "backends/common/net/forwarder.hpp"
 #include "backends/common/net/jail.hpp"
 #include "backends/common/probes.hpp"
 #include "backends/common/process.hpp"
@@ -115,6 +116,8 @@ class SubprocessDriver : public Driver {
     for (auto& id : net::leftovers(cfg_.state_dir, "subprocess", live_ids)) out.push_back("netjail " + id);
     // Loop devices of the state root's disks: this driver reports those of runsc sandboxes too (same images).
     for (auto& l : disk::leftovers(cfg_.state_dir, live_ids)) out.push_back(l);
+    // The host-wide DNS forwarder of every driver's jails: dead while a jail needs it, or alive with none.
+    if (net::forwarder::needs_reconcile()) out.push_back("dns-forwarder");
     return out;
   }
 
@@ -127,6 +130,8 @@ class SubprocessDriver : public Driver {
       net::teardown(what.substr(8));
     } else if (what.rfind("loop ", 0) == 0) {
       disk::reap(what);
+    } else if (what == "dns-forwarder") {
+      net::forwarder::reconcile();
     }
   }
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ID_RE, Sbx, create_in_parallel, driver_problem, jail_traces, require_listed_driver,
+from conftest import (ID_RE, NETJAIL_RUN_DIR, Sbx, create_in_parallel, driver_problem, jail_traces, require_listed_driver,
                       skip_or_fail, wait_until)
 
 NET_DRIVERS = ("subprocess", "runsc")
@@ -39,10 +39,17 @@ PRIVATE = {"10/8": "10.99.77.10", "192.168/16": "192.168.77.10", "172.16/12": "1
 WORLD_PORT = 8080
 
 # Runs in the world's namespace: "hello <address>" over TCP on every address,
-# and a tiny DNS server (A records of two names, NXDOMAIN otherwise).
+# and a tiny DNS server: A records of fixed names; "flip.test", whose address
+# (and TTL) the test sets by writing "ADDRESS TTL" to the file argv[1], so it
+# changes between queries; "alias.test", a CNAME chain alias -> hop -> public-b;
+# NXDOMAIN otherwise. It counts the A queries per name in argv[1] + ".log".
 WORLD_SERVER = textwrap.dedent(f"""
-    import socket, struct, threading
-    NAMES = {{"public-a.test": "{PUBLIC_A}", "public-b.test": "{PUBLIC_B}"}}
+    import socket, struct, sys, threading
+    NAMES = {{"public-a.test": "{PUBLIC_A}", "public-b.test": "{PUBLIC_B}", "hop.test": None}}
+    CNAMES = {{"alias.test": "hop.test", "hop.test": "public-b.test"}}
+    control = sys.argv[1]
+    def encode(name):
+        return b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\\0"
     def tcp():
         s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("0.0.0.0", {WORLD_PORT})); s.listen(64)
@@ -50,6 +57,17 @@ WORLD_SERVER = textwrap.dedent(f"""
             c, _ = s.accept()
             try: c.sendall(b"hello " + c.getsockname()[0].encode())
             finally: c.close()
+    def records(name):
+        out = []
+        while name in CNAMES:
+            target = CNAMES[name]
+            out.append((name, 5, 30, encode(target))); name = target
+        if name == "flip.test":
+            addr, ttl = open(control).read().split()
+            out.append((name, 1, int(ttl), socket.inet_aton(addr)))
+        elif NAMES.get(name):
+            out.append((name, 1, 30, socket.inet_aton(NAMES[name])))
+        return out
     def dns():
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("{WORLD_DNS}", 53))
         while True:
@@ -59,12 +77,16 @@ WORLD_SERVER = textwrap.dedent(f"""
                 labels.append(q[i + 1:i + 1 + q[i]].decode().lower()); i += 1 + q[i]
             question = q[12:i + 5]
             qtype = struct.unpack("!H", q[i + 1:i + 3])[0]
-            addr = NAMES.get(".".join(labels))
-            answer = b""
-            if addr and qtype == 1:
-                answer = b"\\xc0\\x0c" + struct.pack("!HHIH", 1, 1, 30, 4) + socket.inet_aton(addr)
-            flags = 0x8180 if addr else 0x8183
-            head = q[:2] + struct.pack("!HHHHH", flags, 1, 1 if answer else 0, 0, 0)
+            name = ".".join(labels)
+            known = name in NAMES or name in CNAMES or name == "flip.test"
+            answer, count = b"", 0
+            if qtype == 1:
+                with open(control + ".log", "a") as log: log.write(name + "\\n")
+                for owner, rtype, ttl, rdata in records(name):
+                    answer += encode(owner) + struct.pack("!HHIH", rtype, 1, ttl, len(rdata)) + rdata
+                    count += 1
+            flags = 0x8180 if known else 0x8183
+            head = q[:2] + struct.pack("!HHHHH", flags, 1, count, 0, 0)
             s.sendto(head + question + answer, peer)
     threading.Thread(target=dns, daemon=True).start()
     print("ready", flush=True)
@@ -163,7 +185,10 @@ class World:
             ip("route", "add", f"{a}/32", "via", PUBLIC_A)
             self.routes.append(f"{a}/32")
         ip("route", "add", "default", "via", HOST_SIDE, ns=self.ns)
-        self.server = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-c", WORLD_SERVER],
+        self.control = f"/tmp/njt-{self.token}-flip"
+        self.set_flip(PUBLIC_A, 30)
+        self.server = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-c", WORLD_SERVER,
+                                        self.control],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                        start_new_session=True)
         line = self.server.stdout.readline()
@@ -182,6 +207,16 @@ class World:
             s.settimeout(0.5)
             self.host_listeners.append(s)
             threading.Thread(target=self._serve, args=(s,), daemon=True).start()
+
+    def set_flip(self, addr: str, ttl: int):
+        """What flip.test resolves to from now on, and for how long."""
+        Path(self.control + ".tmp").write_text(f"{addr} {ttl}")
+        os.replace(self.control + ".tmp", self.control)
+
+    def asked(self) -> list[str]:
+        """The names the world's DNS was asked A records of, in order."""
+        p = Path(self.control + ".log")
+        return p.read_text().split() if p.exists() else []
 
     def _serve(self, s: socket.socket):
         while self.host_listeners:
@@ -206,6 +241,9 @@ class World:
             ip("route", "del", r, check=False)
         ip("link", "del", self.veth, check=False)
         ip("netns", "del", self.ns, check=False)
+        for f in (self.control, self.control + ".log"):
+            if os.path.exists(f):
+                os.unlink(f)
 
 
 @pytest.fixture(scope="module")
@@ -335,11 +373,100 @@ def test_allowlist_narrows_to_listed_destinations(world, net_sbx, jailed):
     assert res[f"{PUBLIC_A}:{WORLD_PORT}"].startswith("closed"), res
     # An allowlist only narrows: a private network stays blocked even when listed.
     assert res[f"10.99.77.10:{WORLD_PORT}"].startswith("closed"), res
+    # A name opens what it resolves to once the sandbox asks (the tests of egress by name, below).
     by_name = jailed("--allow", "Public-A.test")
+    assert resolve(net_sbx, by_name, "public-a.test") == PUBLIC_A
     res = probe(net_sbx, by_name, [f"{PUBLIC_A}:{WORLD_PORT}", f"{PUBLIC_B}:{WORLD_PORT}"])
     assert res[f"{PUBLIC_A}:{WORLD_PORT}"] == f"open hello {PUBLIC_A}", res
     assert res[f"{PUBLIC_B}:{WORLD_PORT}"].startswith("closed"), res
-    assert resolve(net_sbx, by_name, "public-a.test") == PUBLIC_A
+
+
+# --------------------------------------------------------------------------
+# Egress by name: the jails' DNS forwarder answers allowed names only and
+# opens what they resolve to for the answer's TTL (forwarder.hpp).
+
+FLIP_TTL = 6
+
+
+def targets(*addrs: str) -> list[str]:
+    return [f"{a}:{WORLD_PORT}" for a in addrs]
+
+
+def is_open(res: dict[str, str], addr: str) -> bool:
+    return res[f"{addr}:{WORLD_PORT}"] == f"open hello {addr}"
+
+
+def test_allowed_name_opens_its_current_answer_for_its_ttl(world, net_sbx, jailed):
+    world.set_flip(PUBLIC_A, FLIP_TTL)
+    sid = jailed("--allow", "flip.test")
+    # Before the sandbox asks, nothing is open: not even what the name resolves to.
+    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert not is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
+    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_A
+    opened_a = time.monotonic()
+    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
+    # The answer changes: the new address opens at once ...
+    world.set_flip(PUBLIC_B, FLIP_TTL)
+    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_B
+    res = probe(net_sbx, sid, targets(PUBLIC_B))
+    assert is_open(res, PUBLIC_B), res
+    # ... and the old one closes when its TTL ends.
+    time.sleep(max(0.0, opened_a + FLIP_TTL + 1.5 - time.monotonic()))
+    res = probe(net_sbx, sid, targets(PUBLIC_A))
+    assert not is_open(res, PUBLIC_A), res
+
+
+def test_only_allowed_names_and_their_cname_chains_resolve(world, net_sbx, jailed):
+    sid = jailed("--allow", "alias.test")
+    before = world.asked()
+    # Not allowed: no answer, and the upstream is not even asked.
+    assert resolve(net_sbx, sid, "public-b.test").startswith("failed")
+    assert resolve(net_sbx, sid, "public-a.test").startswith("failed")
+    assert world.asked() == before
+    # Direct to an address no allowed name resolved to: dropped.
+    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert not is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
+    # alias.test -> hop.test -> public-b.test: the chain's address opens, nothing else.
+    assert resolve(net_sbx, sid, "alias.test") == PUBLIC_B
+    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert is_open(res, PUBLIC_B) and not is_open(res, PUBLIC_A), res
+
+
+def forwarder_pid() -> int:
+    p = Path(NETJAIL_RUN_DIR) / "dns-forwarder.pid"
+    return int(p.read_text()) if p.exists() else 0
+
+
+def test_forwarder_down_fails_closed_and_gc_brings_it_back(world, net_sbx, jailed):
+    world.set_flip(PUBLIC_A, 30)
+    sid = jailed("--allow", "flip.test")
+    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_A
+    pid = forwarder_pid()
+    assert pid and Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1] == b"__dns-forwarder"
+    os.kill(pid, 9)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
+    # Down: names do not resolve, and nothing new opens.
+    world.set_flip(PUBLIC_B, 30)
+    assert resolve(net_sbx, sid, "flip.test").startswith("failed")
+    res = probe(net_sbx, sid, targets(PUBLIC_B))
+    assert not is_open(res, PUBLIC_B), res
+    # gc starts it again.
+    out = net_sbx.run("gc", "--json").ok().out
+    assert "dns-forwarder" in out, out
+    assert forwarder_pid() not in (0, pid)
+    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_B
+    res = probe(net_sbx, sid, targets(PUBLIC_B))
+    assert is_open(res, PUBLIC_B), res
+
+
+def test_forwarder_stops_with_the_last_jail_that_names_a_domain(world, net_sbx, jailed):
+    sid = jailed("--allow", "public-a.test")
+    pid = forwarder_pid()
+    assert pid and os.path.exists(f"/proc/{pid}")
+    net_sbx.remove(sid).ok()
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
+    assert jail_traces([sid]) == []
 
 
 def test_two_jails_cannot_reach_each_other(world, net_sbx, jailed, net_driver):

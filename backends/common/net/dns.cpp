@@ -1,10 +1,6 @@
 #include "backends/common/net/dns.hpp"
 
-#include <arpa/inet.h>
-#include <arpa/nameser.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <resolv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,37 +37,6 @@ uint32_t upstream(const std::string& configured) {
     throw Error(Errc::unavailable, "the host's /etc/resolv.conf names no IPv4 nameserver for the network jail")
         .set_hint("set network.dns in the config file (or SBX_NET_DNS) to a resolver's IPv4 address");
   return a;
-}
-
-std::vector<uint32_t> resolve_a(const std::string& name, uint32_t server) {
-  struct __res_state st;
-  std::memset(&st, 0, sizeof st);
-  if (res_ninit(&st) != 0) throw Error(Errc::internal, "cannot initialise the resolver");
-  st.nscount = 1;
-  st.nsaddr_list[0].sin_family = AF_INET;
-  st.nsaddr_list[0].sin_port = htons(53);
-  st.nsaddr_list[0].sin_addr.s_addr = htonl(server);
-  st.retrans = 2;
-  st.retry = 2;
-  unsigned char answer[4096];
-  int n = res_nquery(&st, name.c_str(), ns_c_in, ns_t_a, answer, sizeof answer);
-  res_nclose(&st);
-  std::vector<uint32_t> out;
-  ns_msg msg;
-  if (n > 0 && ns_initparse(answer, n, &msg) == 0) {
-    for (int i = 0; i < ns_msg_count(msg, ns_s_an); ++i) {
-      ns_rr rr;
-      if (ns_parserr(&msg, ns_s_an, i, &rr) != 0) continue;
-      if (ns_rr_type(rr) != ns_t_a || ns_rr_rdlen(rr) != 4) continue;
-      uint32_t be;
-      std::memcpy(&be, ns_rr_rdata(rr), 4);
-      out.push_back(ntohl(be));
-    }
-  }
-  if (out.empty())
-    throw Error(Errc::not_found, "allowlisted domain '" + name + "' has no IPv4 address (asked " + ipv4_str(server) + ")")
-        .set_hint("check the name, or allow its network as a.b.c.d/n");
-  return out;
 }
 
 int write_resolv_conf(const char* etc_dir, const char* text, unsigned long len) {

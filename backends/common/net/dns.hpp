@@ -1,6 +1,6 @@
 // DNS for network jails: which resolver the host uses (the jail's DNS is
-// forwarded there), resolving allowlisted domain names through that same
-// resolver, and writing a sandbox's /etc/resolv.conf.
+// forwarded there, or to the forwarder of forwarder.hpp when its allowlist
+// names domains), and writing a sandbox's /etc/resolv.conf.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +13,6 @@ namespace sbx::net::dns {
 uint32_t first_nameserver(const std::string& resolv_conf_text);
 /// The configured upstream (`network.dns`), else the host's first IPv4 nameserver; throws unavailable when neither.
 uint32_t upstream(const std::string& configured);
-/// The IPv4 addresses of `name` (A records, CNAMEs followed by the resolver), asked of
-/// `server` (host byte order) directly. Throws not_found when it has none.
-std::vector<uint32_t> resolve_a(const std::string& name, uint32_t server);
 
 /// Replaces <etc_dir>/resolv.conf by `text` without following symlinks
 /// (an image's resolv.conf may point anywhere on the host); creates etc_dir

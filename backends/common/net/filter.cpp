@@ -37,6 +37,8 @@ std::string table_script() {
   t += "  set dnsok { type ifname . ipv4_addr; }\n";
   t += "  set restricted { type ifname; }\n";
   t += "  set allow4 { type ifname . ipv4_addr; flags interval; }\n";
+  // What allowed names resolved to, each for its answer's TTL (the forwarder adds them).
+  t += "  set dyn4 { type ifname . ipv4_addr; flags timeout; }\n";
   // No spoofing: a jail sends only from the addresses routed to its own link.
   t += "  chain guard { type filter hook prerouting priority -160; policy accept;\n";
   t += "    iifname " + m + " fib saddr . iif oif missing drop\n  }\n";
@@ -56,7 +58,10 @@ std::string table_script() {
   t += "    meta nfproto != ipv4 " + reject + "\n";
   t += "    ct status dnat meta l4proto { tcp, udp } th dport 53 iifname . ip daddr @dnsok accept\n";
   t += "    ip daddr @blocked4 " + reject + "\n";
-  t += "    iifname @restricted iifname . ip daddr != @allow4 " + reject + "\n  }\n";
+  // A connection opened while its address was allowed outlives the TTL
+  // (a download does not break when the name's answer expires); new ones need it open.
+  t += "    iifname @restricted ct state != { established, related } iifname . ip daddr != @allow4 "
+       "iifname . ip daddr != @dyn4 " + reject + "\n  }\n";
   // The host itself (every address it owns, the gateway included) answers a
   // jail only its DNS, and only when the upstream resolver is local.
   t += "  chain input { type filter hook input priority -5; policy accept;\n";
@@ -84,7 +89,7 @@ std::vector<Cidr4> merge(std::vector<Cidr4> nets) {
 std::string jail_script(const JailRules& j, bool add) {
   std::string verb = std::string(add ? "add" : "delete") + " element inet " + kTable + " ";
   std::string name = quoted(j.ifname);
-  std::string up = ipv4_str(j.dns_upstream);
+  std::string up = ipv4_str(j.dns_via ? j.dns_via : j.dns_upstream);
   std::string s = verb + "dns4 { " + name + " : " + up + " }\n";
   s += verb + "dnsok { " + name + " . " + up + " }\n";
   if (j.restricted) {
@@ -133,7 +138,46 @@ void add_jail(const JailRules& j) {
   run(jail_script(j, true), "adding the jail's filter elements");
 }
 
+static std::string opening_element(const std::string& ifname, uint32_t addr) {
+  return "element inet " + std::string(kTable) + " dyn4 { " + quoted(ifname) + " . " + ipv4_str(addr);
+}
+
+void open_address(const Opening& o) {
+  std::string add = "add " + opening_element(o.ifname, o.addr) + " timeout " + std::to_string(o.seconds) + "s }\n";
+  // An element's timeout is set when it is added: replace it, in one
+  // transaction (no instant without it), or add it when it is not there.
+  try {
+    run("delete " + opening_element(o.ifname, o.addr) + " }\n" + add, "renewing an allowed address");
+  } catch (const Error&) {
+    run(add, "opening an allowed address");
+  }
+}
+
+std::vector<uint32_t> open_addresses(const std::string& ifname) {
+  std::unique_ptr<nft_ctx, CtxDeleter> ctx(nft_ctx_new(NFT_CTX_DEFAULT));
+  if (!ctx) return {};
+  nft_ctx_buffer_output(ctx.get());
+  nft_ctx_buffer_error(ctx.get());
+  std::vector<uint32_t> out;
+  if (nft_run_cmd_from_buffer(ctx.get(), (std::string("list set inet ") + kTable + " dyn4").c_str()) != 0) return out;
+  // Elements print as "sbxNAME" . a.b.c.d expires ...; pick this jail's.
+  std::string text = nft_ctx_get_output_buffer(ctx.get());
+  std::string key = quoted(ifname) + " . ";
+  for (size_t pos = text.find(key); pos != std::string::npos; pos = text.find(key, pos + 1)) {
+    size_t start = pos + key.size();
+    size_t end = text.find_first_not_of("0123456789.", start);
+    if (auto a = parse_ipv4(text.substr(start, end - start))) out.push_back(*a);
+  }
+  return out;
+}
+
 void remove_jail(const JailRules& j) {
+  for (uint32_t a : open_addresses(j.ifname)) {
+    try {
+      run("delete " + opening_element(j.ifname, a) + " }", "closing an allowed address");
+    } catch (const Error&) {  // expired meanwhile
+    }
+  }
   try {
     run(jail_script(j, false), "deleting the jail's filter elements");
     return;

@@ -20,9 +20,17 @@ inline constexpr const char* kIfPrefix = "sbx";
 /// What the filter knows of one jail.
 struct JailRules {
   std::string ifname;          ///< host-side interface (veth or tap)
-  uint32_t dns_upstream = 0;   ///< where the jail's DNS (to its gateway, port 53) is sent
+  uint32_t dns_upstream = 0;   ///< the resolver the jail's DNS is answered by
   bool restricted = false;     ///< an allowlist applies
-  std::vector<Cidr4> allow;    ///< the allowlist's networks (domains already resolved)
+  std::vector<Cidr4> allow;    ///< the allowlist's networks (its names open addresses in dyn4)
+  uint32_t dns_via = 0;        ///< where its DNS (to its gateway, port 53) is sent; 0 = dns_upstream
+};
+
+/// One address an allowed name resolved to, open for a jail until the answer's TTL ends.
+struct Opening {
+  std::string ifname;
+  uint32_t addr = 0;
+  uint32_t seconds = 0;
 };
 
 /// The nft script that creates the table with its sets and chains.
@@ -42,6 +50,10 @@ bool table_exists();
 void add_jail(const JailRules& j);
 /// Deletes what is left of a jail's elements (idempotent).
 void remove_jail(const JailRules& j);
+/// Opens (or keeps open for `seconds` from now) an address for a jail's new connections.
+void open_address(const Opening& o);
+/// The addresses open for ifname in dyn4 now.
+std::vector<uint32_t> open_addresses(const std::string& ifname);
 /// Deletes the whole table (when no jail remains).
 void delete_table();
 

@@ -23,6 +23,7 @@
 
 #include "backends/common/net/dns.hpp"
 #include "backends/common/net/filter.hpp"
+#include "backends/common/net/forwarder.hpp"
 #include "backends/common/net/rtnl.hpp"
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
@@ -58,6 +59,7 @@ void sysctl(const std::string& path, const char* value) {
 struct Lease {
   std::string id, state_dir, driver, ifname, netns, addr_key;
   filter::JailRules rules;
+  std::vector<std::string> names;  // allowed domains, enforced by the forwarder
 };
 
 json to_json(const Lease& l) {
@@ -65,7 +67,8 @@ json to_json(const Lease& l) {
   for (auto& c : l.rules.allow) allow.push_back(c.str());
   return {{"id", l.id},         {"state_dir", l.state_dir},   {"driver", l.driver},
           {"ifname", l.ifname}, {"netns", l.netns},           {"addr", l.addr_key},
-          {"dns", ipv4_str(l.rules.dns_upstream)}, {"restricted", l.rules.restricted}, {"allow", allow}};
+          {"dns", ipv4_str(l.rules.dns_upstream)}, {"restricted", l.rules.restricted}, {"allow", allow},
+          {"names", l.names}, {"dns_via", l.rules.dns_via ? ipv4_str(l.rules.dns_via) : ""}};
 }
 
 std::optional<Lease> read_lease(const std::string& id) {
@@ -85,6 +88,8 @@ std::optional<Lease> read_lease(const std::string& id) {
     l.rules.restricted = j.value("restricted", false);
     for (auto& a : j.value("allow", json::array()))
       if (auto c = parse_cidr4(a.get<std::string>())) l.rules.allow.push_back(*c);
+    l.rules.dns_via = parse_ipv4(j.value("dns_via", "")).value_or(0);
+    l.names = j.value("names", std::vector<std::string>{});
   } catch (const json::exception&) {
     // A torn lease still names the id: tear down by the derived names.
     l.id = id;
@@ -150,12 +155,12 @@ void make_tap(const std::string& name) {
   if (::ioctl(tun.get(), TUNSETPERSIST, 1) != 0) throw sys_error("making tap " + name + " persistent", errno);
 }
 
-void configure_host(Rtnl& host, const Jail& j) {
+void configure_host(Rtnl& host, const Jail& j, bool via_forwarder) {
   unsigned idx = host.index(j.ifname);
   if (!idx) throw Error(Errc::io, "the jail's host interface " + j.ifname + " did not appear");
   sysctl("/proc/sys/net/ipv6/conf/" + j.ifname + "/disable_ipv6", "1");
   // DNAT to a loopback resolver (127.0.0.53 and the like) needs this on the jail's link only.
-  if ((j.dns_upstream >> 24) == 127) sysctl("/proc/sys/net/ipv4/conf/" + j.ifname + "/route_localnet", "1");
+  if ((j.dns_upstream >> 24) == 127 || via_forwarder) sysctl("/proc/sys/net/ipv4/conf/" + j.ifname + "/route_localnet", "1");
   host.add_addr4(idx, j.host_addr, j.prefix);
   host.set_up(idx);
 }
@@ -189,6 +194,7 @@ void teardown_locked(const std::string& id) {
   }
   std::string lp = leases_dir() + "/" + id;
   if (::unlink(lp.c_str()) != 0 && errno != ENOENT) throw sys_error("removing " + lp, errno);
+  if (!any_names()) forwarder::stop();
   if (entries(leases_dir()).empty()) {
     filter::delete_table();
     if (path_exists(forward_marker())) {
@@ -269,18 +275,19 @@ Jail setup(const JailRequest& req) {
   rules.ifname = j.ifname;
   rules.dns_upstream = j.dns_upstream;
   rules.restricted = !req.allow.empty();
-  // Names are resolved once, now, through the resolver the sandbox will use.
+  // Names are enforced where they are used: the forwarder opens what they
+  // resolve to, for their TTL, when the sandbox asks (forwarder.hpp).
+  std::vector<std::string> names;
   for (auto& entry : req.allow) {
-    if (auto c = parse_cidr4(entry)) {
+    if (auto c = parse_cidr4(entry))
       rules.allow.push_back(*c);
-      continue;
-    }
-    for (uint32_t a : with_context("resolving allowlisted " + entry, [&] { return dns::resolve_a(entry, j.dns_upstream); }))
-      rules.allow.push_back({a, 32});
+    else
+      names.push_back(entry);
   }
+  if (!names.empty()) rules.dns_via = forwarder::kAddr;
 
   Fd guard = lock();
-  Lease lease{req.id, req.state_dir, req.driver, j.ifname, "", "", rules};
+  Lease lease{req.id, req.state_dir, req.driver, j.ifname, "", "", rules, names};
   if (req.attach == Attach::netns) lease.netns = j.netns = netns_dir() + "/" + req.id;
   write_lease(lease);
   try {
@@ -310,14 +317,15 @@ Jail setup(const JailRequest& req) {
       Fd nsfd(::open(j.netns.c_str(), O_RDONLY | O_CLOEXEC));
       if (!nsfd) throw sys_error("opening " + j.netns, errno);
       host.add_veth(j.ifname, kPeer, nsfd.get());
-      configure_host(host, j);
+      configure_host(host, j, !lease.names.empty());
       configure_inside(inside, j);
     } else {
       make_tap(j.ifname);
-      configure_host(host, j);
+      configure_host(host, j, !lease.names.empty());
     }
     enable_forwarding();
     filter::add_jail(rules);
+    if (!names.empty()) forwarder::ensure_running();
   } catch (Error& e) {
     try {
       teardown_locked(req.id);
@@ -348,6 +356,23 @@ std::vector<std::string> leftovers(const std::string& state_dir, const std::stri
     if (l && l->state_dir == state_dir && l->driver == driver) out.push_back(id);
   }
   return out;
+}
+
+std::optional<NamePolicy> name_policy(uint32_t sandbox_addr) {
+  // The lease names the /30's network; the sandbox has its second address.
+  std::string key = ipv4_str(sandbox_addr - 2);
+  char target[256] = {};
+  ssize_t n = ::readlink((addrs_dir() + "/" + key).c_str(), target, sizeof target - 1);
+  if (n <= 0) return std::nullopt;
+  auto l = read_lease(std::string(target, static_cast<size_t>(n)));
+  if (!l || l->names.empty() || l->addr_key != key) return std::nullopt;
+  return NamePolicy{l->id, l->ifname, l->rules.dns_upstream, l->names};
+}
+
+bool any_names() {
+  for (auto& id : entries(leases_dir()))
+    if (auto l = read_lease(id); l && !l->names.empty()) return true;
+  return false;
 }
 
 Fd open_tap(const Jail& jail) { return attach_tap(jail.ifname); }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -87,6 +88,17 @@ void teardown(const std::string& id);
 /// Ids that hold a jail of (state_dir, driver) but are not in live_ids.
 std::vector<std::string> leftovers(const std::string& state_dir, const std::string& driver,
                                    const std::set<std::string>& live_ids);
+/// What the DNS forwarder (forwarder.hpp) needs of a jail whose allowlist names domains.
+struct NamePolicy {
+  std::string id, ifname;
+  uint32_t upstream = 0;
+  std::vector<std::string> names;  ///< normalised (lower case, no trailing dot)
+};
+/// The policy of the jail whose sandbox has address `sandbox_addr`; nullopt when none has or it names no domain.
+std::optional<NamePolicy> name_policy(uint32_t sandbox_addr);
+/// Whether any jail on this host names a domain (and so needs the forwarder).
+bool any_names();
+
 /// Opens the tap of a Attach::tap jail for a VM monitor (IFF_TAP | IFF_NO_PI | IFF_VNET_HDR).
 Fd open_tap(const Jail& jail);
 
