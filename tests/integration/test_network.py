@@ -574,12 +574,14 @@ def vm_resolve(sbx: Sbx, sid: str, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def vm_jails(world, net_sbx):
-    """Micro-VMs booted at once: name -> id ("jail", "jail2": --network jail; "none").
+    """Micro-VMs booted at once: name -> id ("jail", "jail2": --network jail; "none";
+    "named": --allow alias.test).
     The busybox guest (--image host): its nc and nslookup are the probes here."""
     require_listed_driver(net_sbx, "microvm")
     made, errors = create_in_parallel(
         net_sbx, {name: ["--driver", "microvm", "--image", "host", "--network", network]
-                  for name, network in {"jail": "jail", "jail2": "jail", "none": "none"}.items()},
+                  for name, network in {"jail": "jail", "jail2": "jail", "none": "none"}.items()}
+        | {"named": ["--driver", "microvm", "--image", "host", "--network", "jail", "--allow", "alias.test"]},
         env={"SBX_NET_DNS": WORLD_DNS})
     try:
         assert not errors, "\n".join(errors)
@@ -649,6 +651,18 @@ def test_microvm_guest_root_cannot_unjail_itself(world, net_sbx, vm_jails):
     res = vm_probe(net_sbx, sid, [f"{PUBLIC_A}:{WORLD_PORT}", f"10.99.77.10:{WORLD_PORT}"])
     assert res[f"{PUBLIC_A}:{WORLD_PORT}"] == f"open hello {PUBLIC_A}", res
     assert res[f"10.99.77.10:{WORLD_PORT}"].startswith("closed"), res
+
+
+def test_microvm_egress_by_name(world, net_sbx, vm_jails):
+    # The guest's DNS goes through its tap to the same forwarder: only the
+    # allowed name and its CNAME chain resolve, and only what they resolved to opens.
+    sid = vm_jails["named"]
+    res = vm_probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert not is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
+    assert vm_resolve(net_sbx, sid, "public-a.test").startswith("failed")
+    assert vm_resolve(net_sbx, sid, "alias.test") == PUBLIC_B
+    res = vm_probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert is_open(res, PUBLIC_B) and not is_open(res, PUBLIC_A), res
 
 
 def test_microvm_rm_leaves_no_trace(world, net_sbx, vm_jails):

@@ -26,8 +26,8 @@ std::optional<Query> question(ns_msg& m) {
   Query q;
   q.id = ns_msg_id(m);
   q.name = canonical_name(ns_rr_name(rr));
-  q.qtype = ns_rr_type(rr);
-  q.qclass = ns_rr_class(rr);
+  q.qtype = static_cast<uint16_t>(ns_rr_type(rr));
+  q.qclass = static_cast<uint16_t>(ns_rr_class(rr));
   return q;
 }
 
@@ -86,7 +86,7 @@ std::optional<Answer> chain_answers(const uint8_t* msg, size_t len, const Query&
     ns_rr rr;
     if (ns_parserr(&m, ns_s_an, i, &rr) != 0) break;
     if (ns_rr_class(rr) != ns_c_in) continue;
-    Rec r{canonical_name(ns_rr_name(rr)), ns_rr_type(rr), ns_rr_ttl(rr), "", 0};
+    Rec r{canonical_name(ns_rr_name(rr)), static_cast<uint16_t>(ns_rr_type(rr)), ns_rr_ttl(rr), "", 0};
     if (r.type == ns_t_a && ns_rr_rdlen(rr) == 4) {
       uint32_t be;
       std::memcpy(&be, ns_rr_rdata(rr), 4);
