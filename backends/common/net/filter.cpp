@@ -26,11 +26,46 @@ struct CtxDeleter {
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
+constexpr const char* kReject = "reject with icmpx admin-prohibited";
+constexpr const char* kDyn4 = "set dyn4 { type ifname . ipv4_addr; flags timeout; }";
+
+// What a jail may send to a destination that is not the host.
+std::string from_jail_rules() {
+  std::string reject = kReject;
+  std::string r = "    meta nfproto != ipv4 " + reject + "\n";
+  r += "    ct status dnat meta l4proto { tcp, udp } th dport 53 iifname . ip daddr @dnsok accept\n";
+  r += "    ip daddr @blocked4 " + reject + "\n";
+  // A connection opened while its address was allowed outlives the TTL
+  // (a download does not break when the name's answer expires); new ones need it open.
+  r += "    iifname @restricted ct state != { established, related } iifname . ip daddr != @allow4 "
+       "iifname . ip daddr != @dyn4 " + reject + "\n";
+  return r;
+}
+
+bool dyn4_exists() {
+  try {
+    run(std::string("list set inet ") + kTable + " dyn4", "looking for the set of names' addresses");
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// A table made by an sbx from before egress by name (its jails still
+// running) lacks dyn4: add it and replace from_jail's rules, in one
+// transaction; the older jails' traffic is judged as before (dyn4 holds none of theirs).
+void upgrade_table() {
+  std::string t = std::string("inet ") + kTable;
+  run("add " + std::string(kDyn4).replace(4, 0, t + " ") + "\nflush chain " + t + " from_jail\n" +
+          "table " + t + " {\n  chain from_jail {\n" + from_jail_rules() + "  }\n}\n",
+      "upgrading the nftables table inet sbx_jail");
+}
+
 }  // namespace
 
 std::string table_script() {
   std::string m = std::string("\"") + kIfPrefix + "*\"";
-  std::string reject = "reject with icmpx admin-prohibited";
+  std::string reject = kReject;
   std::string t = std::string("table inet ") + kTable + " {\n";
   t += std::string("  set blocked4 { type ipv4_addr; flags interval; elements = { ") + kBlocked4 + " } }\n";
   t += "  map dns4 { type ifname : ipv4_addr; }\n";
@@ -38,7 +73,7 @@ std::string table_script() {
   t += "  set restricted { type ifname; }\n";
   t += "  set allow4 { type ifname . ipv4_addr; flags interval; }\n";
   // What allowed names resolved to, each for its answer's TTL (the forwarder adds them).
-  t += "  set dyn4 { type ifname . ipv4_addr; flags timeout; }\n";
+  t += std::string("  ") + kDyn4 + "\n";
   // No spoofing: a jail sends only from the addresses routed to its own link.
   t += "  chain guard { type filter hook prerouting priority -160; policy accept;\n";
   t += "    iifname " + m + " fib saddr . iif oif missing drop\n  }\n";
@@ -54,14 +89,7 @@ std::string table_script() {
   t += "    iifname " + m + " jump from_jail\n";
   t += "    oifname " + m + " ct state established,related accept\n";
   t += "    oifname " + m + " " + reject + "\n  }\n";
-  t += "  chain from_jail {\n";
-  t += "    meta nfproto != ipv4 " + reject + "\n";
-  t += "    ct status dnat meta l4proto { tcp, udp } th dport 53 iifname . ip daddr @dnsok accept\n";
-  t += "    ip daddr @blocked4 " + reject + "\n";
-  // A connection opened while its address was allowed outlives the TTL
-  // (a download does not break when the name's answer expires); new ones need it open.
-  t += "    iifname @restricted ct state != { established, related } iifname . ip daddr != @allow4 "
-       "iifname . ip daddr != @dyn4 " + reject + "\n  }\n";
+  t += "  chain from_jail {\n" + from_jail_rules() + "  }\n";
   // The host itself (every address it owns, the gateway included) answers a
   // jail only its DNS, and only when the upstream resolver is local.
   t += "  chain input { type filter hook input priority -5; policy accept;\n";
@@ -129,6 +157,7 @@ bool table_exists() {
 
 void add_jail(const JailRules& j) {
   try {
+    if (table_exists() && !dyn4_exists()) upgrade_table();
     run(jail_script(j, true), "adding the jail's filter elements");
     return;
   } catch (const Error&) {
@@ -171,13 +200,17 @@ std::vector<uint32_t> open_addresses(const std::string& ifname) {
   return out;
 }
 
-void remove_jail(const JailRules& j) {
-  for (uint32_t a : open_addresses(j.ifname)) {
+void close_addresses(const std::string& ifname) {
+  for (uint32_t a : open_addresses(ifname)) {
     try {
-      run("delete " + opening_element(j.ifname, a) + " }", "closing an allowed address");
+      run("delete " + opening_element(ifname, a) + " }", "closing an allowed address");
     } catch (const Error&) {  // expired meanwhile
     }
   }
+}
+
+void remove_jail(const JailRules& j) {
+  close_addresses(j.ifname);
   try {
     run(jail_script(j, false), "deleting the jail's filter elements");
     return;

@@ -54,6 +54,8 @@ void remove_jail(const JailRules& j);
 void open_address(const Opening& o);
 /// The addresses open for ifname in dyn4 now.
 std::vector<uint32_t> open_addresses(const std::string& ifname);
+/// Closes every address open for ifname (idempotent).
+void close_addresses(const std::string& ifname);
 /// Deletes the whole table (when no jail remains).
 void delete_table();
 

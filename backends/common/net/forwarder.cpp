@@ -4,9 +4,12 @@
 #include <arpa/nameser.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,6 +107,12 @@ std::vector<uint8_t> answer(const std::vector<uint8_t>& msg, uint32_t from, Alia
   try {
     // Open before the client hears the address: its connect comes right after.
     for (auto& g : granted->addrs) filter::open_address({policy->ifname, g.addr, open_for(g.ttl)});
+    // Torn down while the upstream answered: close what was just opened
+    // (teardown closes the jail's addresses again after its lease is gone).
+    if (!name_policy(from)) {
+      filter::close_addresses(policy->ifname);
+      return {};
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "sbx dns-forwarder: %s\n", e.what());
     return dns::error_reply(msg.data(), msg.size(), ns_r_servfail);
@@ -122,6 +131,19 @@ Fd listen_socket() {
   if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
     throw sys_error("binding the DNS forwarder to " + ipv4_str(kAddr) + ":53", errno);
   return s;
+}
+
+// It parses what sandboxes send: once bound, it keeps CAP_NET_ADMIN (the
+// nftables set) and nothing else of root's powers, for good.
+void drop_privileges() {
+  for (int cap = 0; cap <= 63; ++cap)
+    if (cap != CAP_NET_ADMIN && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+      throw sys_error("dropping the DNS forwarder's capabilities", errno);
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  data[0].effective = data[0].permitted = 1u << CAP_NET_ADMIN;
+  if (::syscall(SYS_capset, &hdr, data) != 0) throw sys_error("dropping the DNS forwarder's capabilities", errno);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) throw sys_error("setting no_new_privs", errno);
 }
 
 // The lock, when nobody else holds it.
@@ -152,8 +174,13 @@ void spawn() {
   pid_t child = ::fork();
   if (child < 0) throw sys_error("starting the DNS forwarder", errno);
   if (child == 0) {
-    // Detached twice over: its own session, reparented to init, no fd of ours.
+    // Detached twice over: its own session, reparented to init, no fd of
+    // ours, no signal blocked or ignored (serve blocks SIGTERM in its threads).
     ::setsid();
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
     if (::fork() != 0) ::_exit(0);
     int devnull = ::open("/dev/null", O_RDWR);
     int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
@@ -176,6 +203,7 @@ int serve() {
   if (!lock) return 0;
   ::unlink(pid_path().c_str());
   Fd sock = listen_socket();
+  drop_privileges();
   // The pid file appears once the socket is bound: ensure_running waits for it.
   write_file_atomic(pid_path(), std::to_string(::getpid()), 0600, Durability::survive_process);
   std::fprintf(stderr, "sbx dns-forwarder: pid %d on %s:53\n", ::getpid(), ipv4_str(kAddr).c_str());

@@ -194,6 +194,8 @@ void teardown_locked(const std::string& id) {
   }
   std::string lp = leases_dir() + "/" + id;
   if (::unlink(lp.c_str()) != 0 && errno != ENOENT) throw sys_error("removing " + lp, errno);
+  // A query the forwarder took before the lease went may have opened an address since.
+  if (lease && !lease->names.empty() && filter::table_exists()) filter::close_addresses(ifname);
   if (!any_names()) forwarder::stop();
   if (entries(leases_dir()).empty()) {
     filter::delete_table();
