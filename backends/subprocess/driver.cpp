@@ -117,7 +117,7 @@ class SubprocessDriver : public Driver {
     // Loop devices of the state root's disks: this driver reports those of runsc sandboxes too (same images).
     for (auto& l : disk::leftovers(cfg_.state_dir, live_ids)) out.push_back(l);
     // The host-wide DNS forwarder of every driver's jails: dead while a jail needs it, or alive with none.
-    if (net::forwarder::needs_reconcile()) out.push_back("dns-forwarder");
+    if (auto what = net::forwarder::needs_reconcile(); !what.empty()) out.push_back(what);
     return out;
   }
 
@@ -130,8 +130,8 @@ class SubprocessDriver : public Driver {
       net::teardown(what.substr(8));
     } else if (what.rfind("loop ", 0) == 0) {
       disk::reap(what);
-    } else if (what == "dns-forwarder") {
-      net::forwarder::reconcile();
+    } else if (what.rfind("dns-forwarder ", 0) == 0) {
+      net::forwarder::reconcile(what);
     }
   }
 

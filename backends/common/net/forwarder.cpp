@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -59,6 +60,12 @@ struct Aliases {
   }
   void add(const std::string& ifname, const std::string& name, uint32_t ttl) {
     std::lock_guard<std::mutex> g(mu);
+    // Expired aliases go first, of every jail (gone ones included): the map stays as small as what is live.
+    auto now = Clock::now();
+    for (auto j = by_jail.begin(); j != by_jail.end();) {
+      for (auto n = j->second.begin(); n != j->second.end();) n = n->second <= now ? j->second.erase(n) : std::next(n);
+      j = j->second.empty() ? by_jail.erase(j) : std::next(j);
+    }
     auto& until = by_jail[ifname][name];
     until = std::max(until, Clock::now() + std::chrono::seconds(std::clamp(ttl, kMinOpen, kMaxOpen)));
   }
@@ -261,20 +268,16 @@ void stop() {
   for (int i = 0; i < 100 && running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
-bool needs_reconcile() { return any_names() != running(); }
-
-std::string reconcile() {
-  bool wanted = any_names();
-  bool up = running();
-  if (wanted && !up) {
-    ensure_running();
-    return "restarted the jails' DNS forwarder";
-  }
-  if (!wanted && up) {
-    stop();
-    return "stopped the jails' DNS forwarder";
-  }
+std::string needs_reconcile() {
+  bool wanted = any_names(), up = running();
+  if (wanted && !up) return "dns-forwarder restart";
+  if (!wanted && up) return "dns-forwarder stop";
   return "";
+}
+
+void reconcile(const std::string& what) {
+  if (what == "dns-forwarder restart") ensure_running();
+  if (what == "dns-forwarder stop" && !any_names()) stop();
 }
 
 }  // namespace sbx::net::forwarder

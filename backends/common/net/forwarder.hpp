@@ -16,7 +16,9 @@
 // nothing resolves and nothing new opens. It holds run_dir()/dns-forwarder.lock
 // while it lives (that lock, not the pid file, says whether it runs). Started
 // on demand by net::setup, stopped when the last jail with names goes,
-// restarted (or stopped) by reconcile(), which `sbx gc` calls.
+// restarted (or stopped) by reconcile(), which `sbx gc` calls. Host-wide, in
+// run_dir() and not in a state root: one forwarder serves the jails of every
+// state root, as the one filter table does.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +39,10 @@ bool running();
 void ensure_running();
 /// Stops the running one, if any.
 void stop();
-/// Whether reconcile() has something to do.
-bool needs_reconcile();
-/// What gc does: stops it when no jail has names, starts it when one has and it is dead.
-/// Returns what it did ("" when nothing).
-std::string reconcile();
+/// What gc should do about it: "dns-forwarder restart" (a jail names a
+/// domain and it is dead), "dns-forwarder stop" (it runs, none does), or "".
+std::string needs_reconcile();
+/// Does what needs_reconcile() said (the stop only if still no jail names a domain).
+void reconcile(const std::string& what);
 
 }  // namespace sbx::net::forwarder
