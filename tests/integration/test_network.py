@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ID_RE, NETJAIL_RUN_DIR, Sbx, create_in_parallel, driver_problem, jail_traces, require_listed_driver,
+from conftest import (ID_RE, Sbx, create_in_parallel, driver_problem, jail_traces, require_listed_driver,
                       skip_or_fail, wait_until)
 
 NET_DRIVERS = ("subprocess", "runsc")
@@ -373,100 +373,12 @@ def test_allowlist_narrows_to_listed_destinations(world, net_sbx, jailed):
     assert res[f"{PUBLIC_A}:{WORLD_PORT}"].startswith("closed"), res
     # An allowlist only narrows: a private network stays blocked even when listed.
     assert res[f"10.99.77.10:{WORLD_PORT}"].startswith("closed"), res
-    # A name opens what it resolves to once the sandbox asks (the tests of egress by name, below).
+    # A name opens what it resolves to once the sandbox asks (test_egress.py).
     by_name = jailed("--allow", "Public-A.test")
     assert resolve(net_sbx, by_name, "public-a.test") == PUBLIC_A
     res = probe(net_sbx, by_name, [f"{PUBLIC_A}:{WORLD_PORT}", f"{PUBLIC_B}:{WORLD_PORT}"])
     assert res[f"{PUBLIC_A}:{WORLD_PORT}"] == f"open hello {PUBLIC_A}", res
     assert res[f"{PUBLIC_B}:{WORLD_PORT}"].startswith("closed"), res
-
-
-# --------------------------------------------------------------------------
-# Egress by name: the jails' DNS forwarder answers allowed names only and
-# opens what they resolve to for the answer's TTL (forwarder.hpp).
-
-FLIP_TTL = 6
-
-
-def targets(*addrs: str) -> list[str]:
-    return [f"{a}:{WORLD_PORT}" for a in addrs]
-
-
-def is_open(res: dict[str, str], addr: str) -> bool:
-    return res[f"{addr}:{WORLD_PORT}"] == f"open hello {addr}"
-
-
-def test_allowed_name_opens_its_current_answer_for_its_ttl(world, net_sbx, jailed):
-    world.set_flip(PUBLIC_A, FLIP_TTL)
-    sid = jailed("--allow", "flip.test")
-    # Before the sandbox asks, nothing is open: not even what the name resolves to.
-    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
-    assert not is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
-    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_A
-    opened_a = time.monotonic()
-    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
-    assert is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
-    # The answer changes: the new address opens at once ...
-    world.set_flip(PUBLIC_B, FLIP_TTL)
-    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_B
-    res = probe(net_sbx, sid, targets(PUBLIC_B))
-    assert is_open(res, PUBLIC_B), res
-    # ... and the old one closes when its TTL ends.
-    time.sleep(max(0.0, opened_a + FLIP_TTL + 1.5 - time.monotonic()))
-    res = probe(net_sbx, sid, targets(PUBLIC_A))
-    assert not is_open(res, PUBLIC_A), res
-
-
-def test_only_allowed_names_and_their_cname_chains_resolve(world, net_sbx, jailed):
-    sid = jailed("--allow", "alias.test")
-    before = world.asked()
-    # Not allowed: no answer, and the upstream is not even asked.
-    assert resolve(net_sbx, sid, "public-b.test").startswith("failed")
-    assert resolve(net_sbx, sid, "public-a.test").startswith("failed")
-    assert world.asked() == before
-    # Direct to an address no allowed name resolved to: dropped.
-    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
-    assert not is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
-    # alias.test -> hop.test -> public-b.test: the chain's address opens, nothing else.
-    assert resolve(net_sbx, sid, "alias.test") == PUBLIC_B
-    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
-    assert is_open(res, PUBLIC_B) and not is_open(res, PUBLIC_A), res
-
-
-def forwarder_pid() -> int:
-    p = Path(NETJAIL_RUN_DIR) / "dns-forwarder.pid"
-    return int(p.read_text()) if p.exists() else 0
-
-
-def test_forwarder_down_fails_closed_and_gc_brings_it_back(world, net_sbx, jailed):
-    world.set_flip(PUBLIC_A, 30)
-    sid = jailed("--allow", "flip.test")
-    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_A
-    pid = forwarder_pid()
-    assert pid and Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1] == b"__dns-forwarder"
-    os.kill(pid, 9)
-    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
-    # Down: names do not resolve, and nothing new opens.
-    world.set_flip(PUBLIC_B, 30)
-    assert resolve(net_sbx, sid, "flip.test").startswith("failed")
-    res = probe(net_sbx, sid, targets(PUBLIC_B))
-    assert not is_open(res, PUBLIC_B), res
-    # gc starts it again.
-    out = net_sbx.run("gc", "--json").ok().out
-    assert "dns-forwarder" in out, out
-    assert forwarder_pid() not in (0, pid)
-    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_B
-    res = probe(net_sbx, sid, targets(PUBLIC_B))
-    assert is_open(res, PUBLIC_B), res
-
-
-def test_forwarder_stops_with_the_last_jail_that_names_a_domain(world, net_sbx, jailed):
-    sid = jailed("--allow", "public-a.test")
-    pid = forwarder_pid()
-    assert pid and os.path.exists(f"/proc/{pid}")
-    net_sbx.remove(sid).ok()
-    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
-    assert jail_traces([sid]) == []
 
 
 def test_two_jails_cannot_reach_each_other(world, net_sbx, jailed, net_driver):
@@ -574,14 +486,12 @@ def vm_resolve(sbx: Sbx, sid: str, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def vm_jails(world, net_sbx):
-    """Micro-VMs booted at once: name -> id ("jail", "jail2": --network jail; "none";
-    "named": --allow alias.test).
+    """Micro-VMs booted at once: name -> id ("jail", "jail2": --network jail; "none").
     The busybox guest (--image host): its nc and nslookup are the probes here."""
     require_listed_driver(net_sbx, "microvm")
     made, errors = create_in_parallel(
         net_sbx, {name: ["--driver", "microvm", "--image", "host", "--network", network]
-                  for name, network in {"jail": "jail", "jail2": "jail", "none": "none"}.items()}
-        | {"named": ["--driver", "microvm", "--image", "host", "--network", "jail", "--allow", "alias.test"]},
+                  for name, network in {"jail": "jail", "jail2": "jail", "none": "none"}.items()},
         env={"SBX_NET_DNS": WORLD_DNS})
     try:
         assert not errors, "\n".join(errors)
@@ -651,18 +561,6 @@ def test_microvm_guest_root_cannot_unjail_itself(world, net_sbx, vm_jails):
     res = vm_probe(net_sbx, sid, [f"{PUBLIC_A}:{WORLD_PORT}", f"10.99.77.10:{WORLD_PORT}"])
     assert res[f"{PUBLIC_A}:{WORLD_PORT}"] == f"open hello {PUBLIC_A}", res
     assert res[f"10.99.77.10:{WORLD_PORT}"].startswith("closed"), res
-
-
-def test_microvm_egress_by_name(world, net_sbx, vm_jails):
-    # The guest's DNS goes through its tap to the same forwarder: only the
-    # allowed name and its CNAME chain resolve, and only what they resolved to opens.
-    sid = vm_jails["named"]
-    res = vm_probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
-    assert not is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
-    assert vm_resolve(net_sbx, sid, "public-a.test").startswith("failed")
-    assert vm_resolve(net_sbx, sid, "alias.test") == PUBLIC_B
-    res = vm_probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
-    assert is_open(res, PUBLIC_B) and not is_open(res, PUBLIC_A), res
 
 
 def test_microvm_rm_leaves_no_trace(world, net_sbx, vm_jails):

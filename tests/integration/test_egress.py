@@ -1,0 +1,126 @@
+"""Egress by name: a jail whose allowlist names domains resolves only those
+names (and their CNAME chains), through the jails' DNS forwarder, which opens
+what they resolve to for the answer's TTL (backends/common/net/forwarder.hpp).
+
+In the world of test_network.py (its fixtures and probes), whose DNS server
+answers flip.test with what the test writes to its control file, so the
+answer changes between queries, and alias.test with a CNAME chain to
+public-b.test.  Subprocess and runsc; microvm when SBX_TEST_DRIVERS names it.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from conftest import ID_RE, NETJAIL_RUN_DIR, jail_traces, require_listed_driver, wait_until
+from test_network import (PUBLIC_A, PUBLIC_B, WORLD_DNS, WORLD_PORT, jailed, net_driver, net_sbx,  # noqa: F401 (fixtures)
+                          probe, resolve, vm_probe, vm_resolve, world)
+
+FLIP_TTL = 6
+
+
+def targets(*addrs: str) -> list[str]:
+    return [f"{a}:{WORLD_PORT}" for a in addrs]
+
+
+def is_open(res: dict[str, str], addr: str) -> bool:
+    return res[f"{addr}:{WORLD_PORT}"] == f"open hello {addr}"
+
+
+def test_allowed_name_opens_its_current_answer_for_its_ttl(world, net_sbx, jailed):
+    world.set_flip(PUBLIC_A, FLIP_TTL)
+    sid = jailed("--allow", "flip.test")
+    # Before the sandbox asks, nothing is open: not even what the name resolves to.
+    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert not is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
+    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_A
+    opened_a = time.monotonic()
+    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
+    # The answer changes: the new address opens at once ...
+    world.set_flip(PUBLIC_B, FLIP_TTL)
+    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_B
+    res = probe(net_sbx, sid, targets(PUBLIC_B))
+    assert is_open(res, PUBLIC_B), res
+    # ... and the old one closes when its TTL ends.
+    time.sleep(max(0.0, opened_a + FLIP_TTL + 1.5 - time.monotonic()))
+    res = probe(net_sbx, sid, targets(PUBLIC_A))
+    assert not is_open(res, PUBLIC_A), res
+
+
+def test_only_allowed_names_and_their_cname_chains_resolve(world, net_sbx, jailed):
+    sid = jailed("--allow", "alias.test")
+    before = world.asked()
+    # Not allowed: no answer, and the upstream is not even asked.
+    assert resolve(net_sbx, sid, "public-b.test").startswith("failed")
+    assert resolve(net_sbx, sid, "public-a.test").startswith("failed")
+    assert world.asked() == before
+    # Direct to an address no allowed name resolved to: dropped.
+    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert not is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
+    # alias.test -> hop.test -> public-b.test: the chain's address opens, nothing else.
+    assert resolve(net_sbx, sid, "alias.test") == PUBLIC_B
+    res = probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert is_open(res, PUBLIC_B) and not is_open(res, PUBLIC_A), res
+
+
+def forwarder_pid() -> int:
+    p = Path(NETJAIL_RUN_DIR) / "dns-forwarder.pid"
+    return int(p.read_text()) if p.exists() else 0
+
+
+def test_forwarder_down_fails_closed_and_gc_brings_it_back(world, net_sbx, jailed):
+    world.set_flip(PUBLIC_A, 30)
+    sid = jailed("--allow", "flip.test")
+    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_A
+    pid = forwarder_pid()
+    assert pid and Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1] == b"__dns-forwarder"
+    os.kill(pid, 9)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
+    # Down: names do not resolve, and nothing new opens.
+    world.set_flip(PUBLIC_B, 30)
+    assert resolve(net_sbx, sid, "flip.test").startswith("failed")
+    res = probe(net_sbx, sid, targets(PUBLIC_B))
+    assert not is_open(res, PUBLIC_B), res
+    # gc starts it again.
+    out = net_sbx.run("gc", "--json").ok().out
+    assert "dns-forwarder" in out, out
+    assert forwarder_pid() not in (0, pid)
+    assert resolve(net_sbx, sid, "flip.test") == PUBLIC_B
+    res = probe(net_sbx, sid, targets(PUBLIC_B))
+    assert is_open(res, PUBLIC_B), res
+
+
+def test_forwarder_stops_with_the_last_jail_that_names_a_domain(world, net_sbx, jailed):
+    sid = jailed("--allow", "public-a.test")
+    pid = forwarder_pid()
+    assert pid and os.path.exists(f"/proc/{pid}")
+    net_sbx.remove(sid).ok()
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
+    assert jail_traces([sid]) == []
+
+
+def test_microvm_egress_by_name(world, net_sbx):
+    # The guest's DNS goes through its tap to the same forwarder: only the
+    # allowed name and its CNAME chain resolve, and only what they resolved to opens.
+    require_listed_driver(net_sbx, "microvm")
+    r = net_sbx.run("create", "--driver", "microvm", "--image", "host", "--network", "jail", "--allow", "alias.test",
+                    env={"SBX_NET_DNS": WORLD_DNS}, timeout=120)
+    sid = r.out.strip()
+    if ID_RE.match(sid):
+        net_sbx.created.append(sid)
+    assert r.rc == 0, f"create failed: {r!r}"
+    try:
+        vm_egress_by_name(net_sbx, sid)
+    finally:
+        net_sbx.remove(sid)
+
+
+def vm_egress_by_name(net_sbx, sid: str):
+    res = vm_probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert not is_open(res, PUBLIC_A) and not is_open(res, PUBLIC_B), res
+    assert vm_resolve(net_sbx, sid, "public-a.test").startswith("failed")
+    assert vm_resolve(net_sbx, sid, "alias.test") == PUBLIC_B
+    res = vm_probe(net_sbx, sid, targets(PUBLIC_A, PUBLIC_B))
+    assert is_open(res, PUBLIC_B) and not is_open(res, PUBLIC_A), res
