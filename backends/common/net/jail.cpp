@@ -25,6 +25,7 @@
 #include "backends/common/net/filter.hpp"
 #include "backends/common/net/rtnl.hpp"
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/fsutil.hpp"
 
 namespace sbx::net {
@@ -283,6 +284,7 @@ Jail setup(const JailRequest& req) {
   Lease lease{req.id, req.state_dir, req.driver, j.ifname, "", "", rules};
   if (req.attach == Attach::netns) lease.netns = j.netns = netns_dir() + "/" + req.id;
   write_lease(lease);
+  fault::point("create.jail.lease");
   try {
     // The id's hash picks the first candidate, so a restart never reshuffles
     // and two creators rarely race for the same block; symlink() is the atomic claim.
@@ -312,12 +314,14 @@ Jail setup(const JailRequest& req) {
       host.add_veth(j.ifname, kPeer, nsfd.get());
       configure_host(host, j);
       configure_inside(inside, j);
+      fault::point("create.jail.link");
     } else {
       make_tap(j.ifname);
       configure_host(host, j);
     }
     enable_forwarding();
     filter::add_jail(rules);
+    fault::point("create.jail.nft");
   } catch (Error& e) {
     try {
       teardown_locked(req.id);
