@@ -82,19 +82,32 @@ SandboxRecord Registry::create(const SandboxSpec& spec, Fd* creating) {
   for (int attempt = 0;; ++attempt) {
     rec.id = new_sandbox_id();
     if (::mkdir(dir(rec.id).c_str(), 0711) == 0) break;
-    if (errno != EEXIST || attempt > 8) throw sys_error("cannot create " + dir(rec.id), errno);
+    if (errno != EEXIST || attempt > 8) throw if_full(sys_error("cannot create " + dir(rec.id), errno));
   }
-  if (creating) *creating = lock(rec.id, true);
-  fault::point("create.state_dir");
   rec.spec = spec;
   rec.state = SandboxState::creating;
   rec.created_ms = now_ms();
   rec.slot = slot;
   rec.uid_base = static_cast<uint32_t>(base);
-  save(rec);
+  try {
+    if (creating) *creating = lock(rec.id, true);
+    fault::point("create.state_dir");
+    save(rec);
+  } catch (Error& e) {
+    // A directory without its record would wait for gc; nothing else was made yet.
+    if (creating) creating->reset();
+    remove_tree(dir(rec.id));
+    throw if_full(std::move(e));
+  }
   touch(rec.id);
   fault::point("create.record");
   return rec;
+}
+
+Error Registry::if_full(Error e) const {
+  if (e.sys_errno() != ENOSPC && e.sys_errno() != EDQUOT) return e;
+  return std::move(e.set_hint("the state root's filesystem (" + root_ +
+                              ") is full: free space there (`sbx rm`, `sbx gc`), or set SBX_STATE_DIR to a larger one"));
 }
 
 void Registry::save(const SandboxRecord& rec) {

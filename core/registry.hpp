@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/spec.hpp"
 
@@ -62,6 +63,8 @@ class Registry {
   int64_t last_active_ms(const std::string& id) const;
 
  private:
+  /// e, with a hint saying what to do when it is the state root's filesystem running full.
+  Error if_full(Error e) const;
   std::string root_;
   std::string sandboxes_;
   uint32_t uid_base_;

@@ -11,8 +11,10 @@ change here. The manager (`sbx serve`) SIGKILLed in the middle of each route
 and started again is checked the same way, after its start's reaping."""
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -174,3 +176,70 @@ def test_serve_killed_mid_route_leaves_nothing_after_restart(managers, sbx, driv
     # Ids the crashed create made are not known here: every id under the state root counts.
     problems += sandbox_traces(m.state_dir, f.ids, True)
     assert not problems, f"{driver}: serve killed mid-{route}:\n  " + "\n  ".join(problems[:20])
+
+
+def fill(path: Path) -> None:
+    """Writes into path until its filesystem has no byte left (as root: the reserved blocks too)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def small_state_root(tmp_path):
+    """A 64 MiB ext4 filesystem, loop-mounted, as a state root."""
+    img, mnt = tmp_path / "fs.img", Path(tempfile.mkdtemp(prefix="sbxfull-", dir="/tmp"))
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True, capture_output=True)
+    subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], check=True, capture_output=True)
+    yield mnt
+    subprocess.run(["umount", str(mnt)], capture_output=True)
+    os.rmdir(mnt)
+
+
+@pytest.mark.only_drivers("subprocess", "runsc")
+def test_full_state_root_gives_clear_errors_and_recovers(small_state_root, sbx, driver, tmp_path):
+    s = Sbx(str(small_state_root / "state"), sbx.config_file, label="full")
+    s.default_timeout = 120
+    f = Faults(s, driver, tmp_path)
+    try:
+        before = f.create()
+        filler = small_state_root / "filler"
+        fill(filler)
+        r = s.run("create", *f.flags)
+        assert r.rc > 0, f"create on a full state root must fail with an error, not crash or succeed: {r!r}"
+        assert "No space left" in r.err and "is full" in r.err and "free space" in r.err, r
+        # Nothing half-made stays: the failed create removed its directory.
+        assert sorted(p.name for p in (small_state_root / "state" / "sandboxes").iterdir()) == [before]
+        # The running sandbox still works, and its record still reads.
+        r = s.run("exec", before, "--", *f.probe)
+        assert r.rc == 0 and r.out == "ok\n", r
+        small = tmp_path / "small.txt"
+        small.write_text("hello\n")
+        r = s.run("cp", str(small), f"{before}:/tmp/")
+        assert r.rc >= 0, f"cp crashed on a full state root: {r!r}"
+        assert r.rc == 0 or r.err.strip(), f"cp failed without saying why: {r!r}"
+        assert [rec["id"] for rec in s.ls()] == [before]
+        r = s.run("exec", "--rm", *f.flags, "--", *f.probe)
+        assert r.rc > 0 and "is full" in r.err, r
+        # Space back: everything works again.
+        filler.unlink()
+        after = f.create()
+        r = s.run("exec", after, "--", *f.probe)
+        assert r.rc == 0 and r.out == "ok\n", r
+        r = s.run("cp", str(small), f"{after}:/tmp/")
+        assert r.rc == 0, r
+        assert sorted(rec["id"] for rec in s.ls()) == sorted([before, after])
+    finally:
+        s.run("rm", "--all", timeout=180)
+    left = sandbox_traces(s.state_dir, f.ids, True)
+    assert not left, "after rm on the formerly full state root:\n  " + "\n  ".join(left)
