@@ -293,6 +293,8 @@ std::optional<std::string> LocalBackend::mark_dead_if_gone(SandboxRecord& rec, D
   rec.error = driver.oom_kills(rec) > oom_before
                   ? "killed by its memory limit (" + std::to_string(rec.spec.limits.memory_mb) + " MiB)"
                   : kAgentGone;
+  if (rec.error == kAgentGone && driver.pids_limit_hits(rec))
+    rec.error = std::string(kAgentGone) + " after reaching its process limit (" + std::to_string(rec.spec.limits.pids) + " pids)";
   registry_.save(rec);
   return rec.error;
 }
@@ -310,9 +312,11 @@ ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t
   auto original = std::current_exception();
   auto why = mark_dead_if_gone(rec, driver, oom_before);
   if (!why) std::rethrow_exception(original);
-  if (*why == kAgentGone)
-    throw Error(Errc::unavailable, "sandbox " + rec.id + " died while the command ran")
-        .set_hint("remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes");
+  if (why->rfind(kAgentGone, 0) == 0)
+    throw Error(Errc::unavailable, "sandbox " + rec.id + " died while the command ran" +
+                                       (*why == kAgentGone ? std::string() : " (" + *why + ")"))
+        .set_hint("remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes" +
+                  (*why == kAgentGone ? std::string() : "; give the next one more --pids"));
   ExecResult res;
   res.exit_code = 128 + SIGKILL;
   res.signal = SIGKILL;
@@ -597,7 +601,9 @@ uint64_t LocalBackend::with_files(const std::string& id, const char* what, F&& f
     if (!why) throw;
     throw Error(Errc::unavailable, "sandbox " + rec.id + " died during the " + what + ": " + *why + " (" + e.what() + ")")
         .set_hint("remove it with `sbx rm " + rec.id + "`" +
-                  (*why == kAgentGone ? std::string("; `sbx gc` collects dead sandboxes") : "; give the next one more --memory"));
+                  (*why == kAgentGone                                      ? std::string("; `sbx gc` collects dead sandboxes")
+                   : why->find("process limit") != std::string::npos ? "; give the next one more --pids"
+                                                                      : "; give the next one more --memory"));
   }
 }
 

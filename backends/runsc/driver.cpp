@@ -290,6 +290,10 @@ class RunscDriver : public Driver {
   uint64_t oom_kills(const SandboxRecord& rec) override {
     return cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).oom_kills();
   }
+  // gVisor's sentry and gofer do not survive a refused clone: a fork bomb ends the sandbox.
+  uint64_t pids_limit_hits(const SandboxRecord& rec) override {
+    return cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).pids_limit_hits();
+  }
 
   // gVisor's own: the sentry stops every task of the container (its memory stays in the sentry).
   void pause(const SandboxRecord& rec, const std::string& /*dir*/) override { runsc_state_change(rec, "pause"); }

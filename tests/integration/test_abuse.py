@@ -70,12 +70,11 @@ def test_offender_capped_neighbour_and_healthz_answer(managers, driver, workload
         t.join(timeout=120)
     if driver == "runsc" and workload in ENDS_RUNSC:
         # gVisor 20221219 cannot survive losing its sentry or a stub to a host cap: the sandbox
-        # ends, and says so; a memory cap by name (oom_killed), the pids cap only as "died"
-        # (known defect: the pids cap is not named yet).
+        # ends, and names the cap: memory (oom_killed) or pids (the error says the process limit).
         if result.get("status") == 200:
             assert result["body"].get("sandbox_ended") and result["body"]["oom_killed"], result
         else:
-            assert result.get("status") == 503 and "died while the command ran" in result.get("body", ""), result
+            assert result.get("status") == 503 and "process limit" in result.get("body", ""), result
         body = {}
     else:
         assert result.get("status") == 200, result
