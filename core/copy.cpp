@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/lazy_libs.hpp"
 #include "core/units.hpp"
 
@@ -321,6 +322,7 @@ uint64_t transfer(EntrySource& source, EntrySink& sink, uint64_t max_bytes) {
             .set_hint("raise it with --max-size or cp_max_size in the config");
       return true;
     });
+    fault::point("cp.entry");
   }
   sink.close();
   return total;

@@ -47,6 +47,8 @@ class Driver {
   /// A counter of kills by the memory limit, read before and after an exec to
   /// tell an OOM kill from any other SIGKILL.
   virtual uint64_t oom_kills(const SandboxRecord& /*rec*/) { return 0; }
+  /// How often the pids cap refused a new task: names the cause when a sandbox dies of it.
+  virtual uint64_t pids_limit_hits(const SandboxRecord& /*rec*/) { return 0; }
   /// Host leftovers (cgroups, mounts, ...) that belong to no sandbox in `live_ids`.
   virtual std::vector<std::string> orphans(const std::set<std::string>& /*live_ids*/) { return {}; }
   /// Frees one leftover named by orphans().

@@ -14,6 +14,7 @@
 #include <fmt/core.h>
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/images.hpp"
 #include "core/netaddr.hpp"
 #include "core/pinned_pid.hpp"
@@ -159,7 +160,10 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
                                       bool for_pool, const OneShotClient& one_shot) {
   if (progress)
     if (auto note = driver.start_note(spec)) progress(*note);
-  SandboxRecord rec = registry_.create(spec);
+  // Held until the sandbox is up (or cleaned up): should this process die
+  // meanwhile, gc sees the lock free and reaps the remains at once.
+  Fd creating;
+  SandboxRecord rec = registry_.create(spec, &creating);
   rec.from_pool = for_pool;
   if (one_shot.pid) {
     // Recorded before the sandbox starts: a client killed mid-create leaves nothing gc would keep.
@@ -171,11 +175,15 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
     // Before it starts: from here `sbx image rm` refuses to delete its image.
     images::add_user(spec.image, rec.id, dir);
     with_context("starting sandbox " + rec.id, [&] { driver.start(rec, dir); });
+    fault::point("create.started");
     registry_.save(rec);
+    fault::point("create.saved");
     wait_ready(rec, driver, dir, progress);
+    fault::point("create.ready");
     rec.state = for_pool ? SandboxState::pooled : SandboxState::running;
     registry_.save(rec);
     registry_.touch(rec.id);
+    fault::point("create.done");
     return rec;
   } catch (Error& e) {
     try {
@@ -247,9 +255,11 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
   if (req.cwd.empty()) req.cwd = rec.spec.workdir;
   uint64_t oom_before = 0;
   AgentClient agent = connect_in_use(rec, *driver, oom_before);
+  fault::point("exec.connected");
   ExecResult res;
   try {
     res = agent.exec(req, io);
+    fault::point("exec.finished");
   } catch (Error& e) {
     if (e.code() != Errc::protocol) throw;
     return agent_lost(rec, *driver, oom_before);
@@ -283,6 +293,8 @@ std::optional<std::string> LocalBackend::mark_dead_if_gone(SandboxRecord& rec, D
   rec.error = driver.oom_kills(rec) > oom_before
                   ? "killed by its memory limit (" + std::to_string(rec.spec.limits.memory_mb) + " MiB)"
                   : kAgentGone;
+  if (rec.error == kAgentGone && driver.pids_limit_hits(rec))
+    rec.error = std::string(kAgentGone) + " after reaching its process limit (" + std::to_string(rec.spec.limits.pids) + " pids)";
   registry_.save(rec);
   return rec.error;
 }
@@ -300,9 +312,11 @@ ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t
   auto original = std::current_exception();
   auto why = mark_dead_if_gone(rec, driver, oom_before);
   if (!why) std::rethrow_exception(original);
-  if (*why == kAgentGone)
-    throw Error(Errc::unavailable, "sandbox " + rec.id + " died while the command ran")
-        .set_hint("remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes");
+  if (why->rfind(kAgentGone, 0) == 0)
+    throw Error(Errc::unavailable, "sandbox " + rec.id + " died while the command ran" +
+                                       (*why == kAgentGone ? std::string() : " (" + *why + ")"))
+        .set_hint("remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes" +
+                  (*why == kAgentGone ? std::string() : "; give the next one more --pids"));
   ExecResult res;
   res.exit_code = 128 + SIGKILL;
   res.signal = SIGKILL;
@@ -401,8 +415,10 @@ SandboxRecord LocalBackend::get(const std::string& id) {
 
 void LocalBackend::destroy(const SandboxRecord& rec) {
   Fd guard = registry_.lock(rec.id, true);
+  fault::point("rm.locked");
   auto* info = find_driver(drivers_, rec.spec.driver);
   if (info) info->make(cfg_)->destroy(rec, registry_.dir(rec.id));
+  fault::point("rm.destroyed");
   forget(registry_, rec);
 }
 
@@ -459,7 +475,11 @@ std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, in
   const OneShotClient& client = rec.one_shot;
   if (client.pid && client.pid_ns == proc::pid_namespace() && !proc::alive(client.pid, client.start))
     return "one-shot client (pid " + std::to_string(client.pid) + ") is gone";
-  if (rec.state == SandboxState::creating && now - rec.created_ms < kStrayGraceMs) return "";
+  if (rec.state == SandboxState::creating) {
+    // Its creator held the lock from the start: free, the creator is gone (a crash, a SIGKILL).
+    if (registry_.abandoned(rec.id)) return "its creator died while creating it";
+    if (now - rec.created_ms < kStrayGraceMs) return "";
+  }
   // A persistent sandbox's disk outlives its agent (a host reboot): it waits, dead, for `sbx start` or `sbx rm`.
   if (!alive && rec.spec.persistent && (rec.state != SandboxState::creating && rec.state != SandboxState::failed && !pooled)) return "";
   if (!alive) return has_agent(rec.state) ? "its agent is gone" : std::string(state_name(rec.state));
@@ -525,7 +545,8 @@ GcReport LocalBackend::gc(bool dry_run) {
   }
   for (auto& id : registry_.stray_dirs()) {
     struct stat st {};
-    if (::stat(registry_.dir(id).c_str(), &st) == 0 && now - int64_t{st.st_mtim.tv_sec} * 1000 < kStrayGraceMs) {
+    if (::stat(registry_.dir(id).c_str(), &st) == 0 && now - int64_t{st.st_mtim.tv_sec} * 1000 < kStrayGraceMs &&
+        !registry_.abandoned(id)) {
       live.insert(id);
       continue;
     }
@@ -570,6 +591,7 @@ uint64_t LocalBackend::with_files(const std::string& id, const char* what, F&& f
   auto driver = driver_for(rec);
   uint64_t oom_before = 0;
   AgentClient agent = connect_in_use(rec, *driver, oom_before);
+  fault::point("cp.connected");
   try {
     return f(agent);
   } catch (Error& e) {
@@ -579,7 +601,9 @@ uint64_t LocalBackend::with_files(const std::string& id, const char* what, F&& f
     if (!why) throw;
     throw Error(Errc::unavailable, "sandbox " + rec.id + " died during the " + what + ": " + *why + " (" + e.what() + ")")
         .set_hint("remove it with `sbx rm " + rec.id + "`" +
-                  (*why == kAgentGone ? std::string("; `sbx gc` collects dead sandboxes") : "; give the next one more --memory"));
+                  (*why == kAgentGone                                      ? std::string("; `sbx gc` collects dead sandboxes")
+                   : why->find("process limit") != std::string::npos ? "; give the next one more --pids"
+                                                                      : "; give the next one more --memory"));
   }
 }
 

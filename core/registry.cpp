@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/fsutil.hpp"
 
 namespace sbx {
@@ -63,7 +64,7 @@ Registry::Registry(std::string root, uint32_t uid_base)
 
 std::string Registry::dir(const std::string& id) const { return sandboxes_ + "/" + id; }
 
-SandboxRecord Registry::create(const SandboxSpec& spec) {
+SandboxRecord Registry::create(const SandboxSpec& spec, Fd* creating) {
   Fd guard = lock_file(root_ + "/" + kRootLock);
   auto recs = list();
   check_name_among(recs, spec, "");
@@ -81,16 +82,32 @@ SandboxRecord Registry::create(const SandboxSpec& spec) {
   for (int attempt = 0;; ++attempt) {
     rec.id = new_sandbox_id();
     if (::mkdir(dir(rec.id).c_str(), 0711) == 0) break;
-    if (errno != EEXIST || attempt > 8) throw sys_error("cannot create " + dir(rec.id), errno);
+    if (errno != EEXIST || attempt > 8) throw if_full(sys_error("cannot create " + dir(rec.id), errno));
   }
   rec.spec = spec;
   rec.state = SandboxState::creating;
   rec.created_ms = now_ms();
   rec.slot = slot;
   rec.uid_base = static_cast<uint32_t>(base);
-  save(rec);
+  try {
+    if (creating) *creating = lock(rec.id, true);
+    fault::point("create.state_dir");
+    save(rec);
+  } catch (Error& e) {
+    // A directory without its record would wait for gc; nothing else was made yet.
+    if (creating) creating->reset();
+    remove_tree(dir(rec.id));
+    throw if_full(std::move(e));
+  }
   touch(rec.id);
+  fault::point("create.record");
   return rec;
+}
+
+Error Registry::if_full(Error e) const {
+  if (e.sys_errno() != ENOSPC && e.sys_errno() != EDQUOT) return e;
+  return std::move(e.set_hint("the state root's filesystem (" + root_ +
+                              ") is full: free space there (`sbx rm`, `sbx gc`), or set SBX_STATE_DIR to a larger one"));
 }
 
 void Registry::save(const SandboxRecord& rec) {
@@ -188,6 +205,12 @@ Fd Registry::try_lock(const std::string& id) const {
   Fd fd(::open((dir(id) + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) fd.reset();
   return fd;
+}
+
+bool Registry::abandoned(const std::string& id) const {
+  // No O_CREAT: a directory without a lock file is judged by its age instead.
+  Fd fd(::open((dir(id) + "/lock").c_str(), O_RDWR | O_CLOEXEC));
+  return fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0;  // closing fd drops the lock again
 }
 
 void Registry::touch(const std::string& id) const {

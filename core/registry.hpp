@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/spec.hpp"
 
@@ -25,7 +26,10 @@ class Registry {
   /// Allocates a new id and uid range, creates its directory and saves the
   /// record in state "creating". Safe against concurrent creators, who also
   /// never get the same name: a name its owner already uses throws already_exists.
-  SandboxRecord create(const SandboxSpec& spec);
+  /// creating, if given, receives the sandbox's exclusive lock, taken before
+  /// the record exists: while its creator lives nobody else holds it, so gc
+  /// tells a creation in progress from one whose creator died (Registry::abandoned).
+  SandboxRecord create(const SandboxSpec& spec, Fd* creating = nullptr);
   /// Saves a record atomically (readers see the old or the new one).
   void save(const SandboxRecord& rec);
   /// Saves a record that now carries a name (a pool claim), after checking
@@ -50,12 +54,17 @@ class Registry {
   /// The exclusive lock if nobody holds the sandbox's lock now, else an empty
   /// Fd (also when the sandbox is gone): a warm-pool claim skips busy ones.
   Fd try_lock(const std::string& id) const;
+  /// True when the sandbox's directory has a lock file that nobody holds: a
+  /// half-made sandbox whose creator is gone (it held the lock from the start).
+  bool abandoned(const std::string& id) const;
   /// Marks the sandbox as used now (cheap: one utimensat, no record rewrite).
   void touch(const std::string& id) const;
   /// When the sandbox was last used, ms since the epoch (0 if never).
   int64_t last_active_ms(const std::string& id) const;
 
  private:
+  /// e, with a hint saying what to do when it is the state root's filesystem running full.
+  Error if_full(Error e) const;
   std::string root_;
   std::string sandboxes_;
   uint32_t uid_base_;

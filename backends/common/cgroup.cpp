@@ -192,6 +192,13 @@ uint64_t Group::oom_kills() const {
   return 0;
 }
 
+uint64_t Group::pids_limit_hits() const {
+  for (auto& c : ctrls_)
+    if (c.name == "pids")
+      if (auto t = read_file_if_exists(path(c) + "/pids.events")) return counter(*t, "max");
+  return 0;
+}
+
 const Controller* Group::freezer() const {
   for (auto& c : ctrls_)
     if (c.name == "freezer") return &c;

@@ -47,6 +47,8 @@ class Group {
   std::vector<pid_t> pids() const;
   /// How many times the memory limit killed a process here.
   uint64_t oom_kills() const;
+  /// How often a fork or clone was refused by the pids cap (pids.events "max").
+  uint64_t pids_limit_hits() const;
   /// SIGKILLs everything inside and removes the group; idempotent.
   void destroy() const;
   /// Whether this host has a freezer for the group (`sbx pause`).

@@ -27,6 +27,7 @@
 #include "backends/deno/runtime.hpp"
 #include "backends/drivers.hpp"
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/fsutil.hpp"
 #include "core/unix_socket.hpp"
 
@@ -211,6 +212,7 @@ class DenoDriver : public Driver {
       if (::chown(p.state.c_str(), p.uid, p.uid) != 0) throw sys_error("chown " + p.state, errno);
       rec.driver_data["cgroup_scope"] = scope();
       group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, rec.spec.limits); });
+      fault::point("create.cgroup");
       p.mount_at = std::string(kMountBase) + "/" + rec.id;
       make_dirs(kMountBase, 0711);
       make_dirs(p.mount_at, 0700);
@@ -286,6 +288,7 @@ class DenoDriver : public Driver {
       throw Error(Errc::unavailable, std::string(step_name(f.step)) + ": " + std::strerror(f.err));
     }
     rec.agent_start = proc::start_time(pid);
+    fault::point("create.agent");
     wait_for_socket(p.state, pid);
     // Not our child to reap after this: sbx exits long before the sandbox ends
     // (init adopts it); a serve that outlives it reaps via SIGCHLD handling.
@@ -315,10 +318,14 @@ class DenoDriver : public Driver {
     proc::kill_pinned(rec.agent_pid, rec.agent_start);
     if (rec.agent_pid > 0) ::waitpid(rec.agent_pid, nullptr, WNOHANG);  // ours when this process started it
     if (rec.id.empty()) return;
+    // A creator killed before the record got its driver data made the group
+    // in this state root's scope all the same (as root): look there then.
     auto scope_it = rec.driver_data.find("cgroup_scope");
-    if (scope_it != rec.driver_data.end() && scope_it->is_string()) {
-      cgroup::Group::open(scope_it->get<std::string>(), rec.id).destroy();
-      cgroup::remove_scope_if_empty(scope_it->get<std::string>());
+    bool recorded = scope_it != rec.driver_data.end() && scope_it->is_string();
+    if (recorded || ::geteuid() == 0) {
+      std::string scope = recorded ? scope_it->get<std::string>() : this->scope();
+      cgroup::Group::open(scope, rec.id).destroy();
+      cgroup::remove_scope_if_empty(scope);
     }
     ::rmdir((std::string(kMountBase) + "/" + rec.id).c_str());
   }

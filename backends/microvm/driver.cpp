@@ -24,6 +24,7 @@
 #include "core/agent_binary.hpp"
 #include "core/agent_client.hpp"
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/fsutil.hpp"
 
 namespace sbx::microvm {
@@ -170,6 +171,7 @@ class MicrovmDriver : public Driver {
       // The guest's /init configures eth0 and writes /etc/resolv.conf from these (scripts/guest-init.sh).
       plan.cmdline_args += " sbx.net=" + ipv4_str(jail.sandbox_addr) + "/" + std::to_string(jail.prefix) + "," +
                            ipv4_str(jail.host_addr) + " sbx.dns=" + ipv4_str(jail.host_addr);
+      fault::point("create.jail");
     }
     if (rec.uid_base) plan.runas = std::to_string(rec.uid_base) + ":" + std::to_string(rec.uid_base);
     if (vmm->name() != "qemu") plan.runas.clear();  // -runas is QEMU's
@@ -178,6 +180,7 @@ class MicrovmDriver : public Driver {
     host.memory_mb = plan.memory_mb + kVmmOverheadMb;
     host.pids = kVmmTasks;
     auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, host); });
+    fault::point("create.cgroup");
     std::vector<std::string> argv = {sandbox_process_title(rec), "--vm-monitor", plan.dir};
     if (vmm->relayed()) argv.push_back("--relay");
     argv.push_back("--");
@@ -186,6 +189,7 @@ class MicrovmDriver : public Driver {
     pid_t pid = launch_detached(agent, argv, log, group, vmm->tap_inherited() ? tap.get() : -1);
     rec.agent_pid = pid;
     rec.agent_start = proc::start_time(pid);
+    fault::point("create.agent");
 
     // Ready to be connected to: the relay's socket (QEMU), or the VM booted through the API.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStartTimeoutMs);

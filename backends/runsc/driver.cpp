@@ -29,6 +29,7 @@
 #include "backends/runsc/runsc.hpp"
 #include "core/agent_binary.hpp"
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/unix_socket.hpp"
 #include "core/fsutil.hpp"
 
@@ -118,6 +119,7 @@ class RunscDriver : public Driver {
     // count as tasks, so --pids gets an allowance for them on top.
     Limits limits = with_runtime_allowance(rec.spec.limits);
     auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, limits); });
+    fault::point("create.cgroup");
 
     // The writable layer: the sandbox's disk image (capped at the disk limit
     // by its size), mounted on the host until destroy(), under an overlay
@@ -136,6 +138,7 @@ class RunscDriver : public Driver {
       disk::Loop loop = disk::attach(disk::ensure_image(cfg_.state_dir, dir, rec.spec.limits.disk_mb));
       disk::mount(loop, layer);  // from here the mount holds the device; the fd closes on return
     });
+    fault::point("create.disk");
     make_dirs(layer + "/upper", 0755);
     make_dirs(layer + "/work", 0755);
     // volatile: a scratch layer needs no syncs; a persistent one must mount again after a reboot,
@@ -144,6 +147,7 @@ class RunscDriver : public Driver {
     if (!rec.spec.persistent) ovl += ",volatile";
     if (::mount("overlay", rootfs.c_str(), "overlay", MS_NOSUID | MS_NODEV, ovl.c_str()) != 0)
       throw sys_error("mounting the sandbox's root overlay at " + rootfs, errno);
+    fault::point("create.overlay");
 
     BundlePlan plan;
     plan.rootfs = rootfs;
@@ -165,6 +169,7 @@ class RunscDriver : public Driver {
       std::string text = jail.resolv_conf();
       if (int e = net::dns::write_resolv_conf((rootfs + "/etc").c_str(), text.data(), text.size()))
         throw sys_error("writing the sandbox's /etc/resolv.conf", e);
+      fault::point("create.jail");
     }
     write_file_atomic(bundle + "/config.json", oci_spec(plan).dump(2), 0600, Durability::survive_process);
 
@@ -202,6 +207,7 @@ class RunscDriver : public Driver {
                                      " s on platform " + platform.name + " (" + platform.why + ")")
           .set_hint("try SBX_RUNSC_PLATFORM=ptrace; log: " + tail(log, 400));
     if (r.status != 0) throw Error(Errc::io, "runsc run failed (exit " + std::to_string(r.status) + "): " + tail(log));
+    fault::point("create.runsc");
 
     pid_t pid = 0;
     auto pid_text = read_file_if_exists(dir + "/sandbox.pid").value_or("");
@@ -259,6 +265,7 @@ class RunscDriver : public Driver {
     // on runsc's own (slower) shutdown.
     if (alive(rec)) ::kill(rec.agent_pid, SIGKILL);
     cgroup::Group::open(scope, rec.id).destroy();
+    fault::point("rm.cgroup");
     // Then runsc forgets the container (its state files under --root).
     if (known_to_runsc(root, rec.id)) {
       auto g = global_args(find_binary(), root, "ptrace");
@@ -266,10 +273,12 @@ class RunscDriver : public Driver {
       auto r = call(g, {"delete", "--force", rec.id}, 20'000);
       if (r.status != 0 && known_to_runsc(root, rec.id))
         throw Error(Errc::io, "runsc delete " + rec.id + " failed: " + r.output.substr(0, 500));
+      fault::point("rm.runsc");
     }
     if (!dir.empty()) {
       unmount(dir + "/rootfs");
       unmount(dir + "/layer");
+      fault::point("rm.mounts");
       disk::release(dir);
       // Not when `sbx start` clears a persistent sandbox's last run: its disk is what it starts on.
       if (!rec.driver_data.value("keep_disk", false)) disk::dispose(cfg_.state_dir, dir);
@@ -280,6 +289,10 @@ class RunscDriver : public Driver {
 
   uint64_t oom_kills(const SandboxRecord& rec) override {
     return cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).oom_kills();
+  }
+  // gVisor's sentry and gofer do not survive a refused clone: a fork bomb ends the sandbox.
+  uint64_t pids_limit_hits(const SandboxRecord& rec) override {
+    return cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).pids_limit_hits();
   }
 
   // gVisor's own: the sentry stops every task of the container (its memory stays in the sentry).

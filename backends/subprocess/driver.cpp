@@ -20,6 +20,7 @@
 #include "backends/subprocess/launch.hpp"
 #include "core/agent_binary.hpp"
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/unix_socket.hpp"
 #include "core/fsutil.hpp"
 #include "core/safe_path.hpp"
@@ -37,6 +38,7 @@ class SubprocessDriver : public Driver {
     // Recorded, so teardown finds the group whatever name the state root is reached by later.
     rec.driver_data["cgroup_scope"] = scope();
     auto group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, rec.spec.limits); });
+    fault::point("create.cgroup");
     LaunchPlan plan;
     plan.state_dir = dir;
     if (rec.spec.image.empty()) {
@@ -50,6 +52,7 @@ class SubprocessDriver : public Driver {
     disk::Loop layer = with_context("preparing the sandbox's disk", [&] {
       return disk::attach(disk::ensure_image(cfg_.state_dir, dir, rec.spec.limits.disk_mb));
     });
+    fault::point("create.disk");
     plan.layer_dev = layer.path();
     plan.persistent = rec.spec.persistent;
     plan.uid_base = rec.uid_base;
@@ -61,10 +64,12 @@ class SubprocessDriver : public Driver {
       rec.driver_data["netjail"] = net::describe(jail);
       plan.netns = jail.netns;
       plan.resolv_conf = jail.resolv_conf();
+      fault::point("create.jail");
     }
     Launched l = launch(plan, group);
     rec.agent_pid = l.pid;
     rec.agent_start = l.start_time;
+    fault::point("create.agent");
   }
 
   Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/agent.sock", "the sandbox's agent"); }
@@ -80,15 +85,19 @@ class SubprocessDriver : public Driver {
     // anything that raced. A paused sandbox is thawed first: a frozen init takes no SIGKILL on v1.
     if (!rec.id.empty()) cgroup::Group::open(scope_of(rec), rec.id).thaw_if_frozen();
     proc::kill_pinned(rec.agent_pid, rec.agent_start);
+    fault::point("rm.killed");
     if (!rec.id.empty()) {
       cgroup::Group::open(scope_of(rec), rec.id).destroy();
+      fault::point("rm.cgroup");
       // The last sandbox of a state root takes the root's parent group with it
       // (fails harmlessly while others remain): one state root per CI job must not pile up groups.
       cgroup::remove_scope_if_empty(scope_of(rec));
       net::teardown(rec.id);
+      fault::point("rm.jail");
     }
     if (!dir.empty()) {
       disk::release(dir);
+      fault::point("rm.disk");
       // Not when `sbx start` clears a persistent sandbox's last run: its disk is what it starts on.
       if (!rec.driver_data.value("keep_disk", false)) disk::dispose(cfg_.state_dir, dir);
     }

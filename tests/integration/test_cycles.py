@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import cgroup_roots, cmdlines, jail_traces, loop_devices_under, mountinfo_lines_mentioning
+from conftest import cmdlines
+from leaks import sandbox_traces
 from manager_fixtures import cgroup_scope, manager_root, managers  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.only_drivers("subprocess", "runsc", "microvm", "deno")]
@@ -35,20 +35,6 @@ def cycles(driver: str) -> int:
 
 def held_by(pid: int) -> dict[str, int]:
     return {"fds": len(os.listdir(f"/proc/{pid}/fd")), "threads": len(os.listdir(f"/proc/{pid}/task"))}
-
-
-def state_root_traces(state_dir: str) -> list[str]:
-    left = [f"mount {m}" for m in mountinfo_lines_mentioning(state_dir)[:5]]
-    left += [f"loop device {d}" for d in loop_devices_under(state_dir + "/")]
-    scope = cgroup_scope(state_dir)
-    for root in cgroup_roots():
-        d = Path(root, "sbx", scope)
-        if d.is_dir():
-            left += [f"cgroup {p}" for p in d.iterdir() if p.is_dir()]
-    sb = Path(state_dir, "sandboxes")
-    if sb.is_dir():
-        left += [f"sandbox directory {p}" for p in sb.iterdir()]
-    return left
 
 
 def test_cycles_leave_nothing_behind(managers, driver):
@@ -90,12 +76,7 @@ def test_cycles_leave_nothing_behind(managers, driver):
         time.sleep(0.1)
     assert within(after), f"the manager held {before} before {n} cycles and {after} after"
     assert m.list() == [], m.list()
-    left = state_root_traces(m.state_dir)
-    if driver in JAILED:
-        left += jail_traces(ids)
-    live = set(ids)
-    left += [f"process {pid}: {cmd}" for pid, cmd in cmdlines().items()
-             if any(w in live for w in cmd.split())]
+    left = sandbox_traces(m.state_dir, ids, driver in JAILED)
     leases = "/run/sbx/netjail/leases"
     if driver in JAILED and not (os.path.isdir(leases) and os.listdir(leases)):
         left += [f"DNS forwarder {pid}: {cmd}" for pid, cmd in cmdlines().items() if "__dns-forwarder" in cmd.split()]

@@ -533,3 +533,19 @@ TEST_CASE("pinned pid: alive while it runs, not once reaped or for another start
   CHECK_FALSE(sbx::proc::alive(child, start));
   CHECK(sbx::proc::pid_namespace() != 0);
 }
+
+TEST_CASE("registry: a creation is abandoned only once its creator's lock is free", "[registry]") {
+  TempDir tmp{"registry"};
+  Registry reg(tmp.path + "/state", kBase);
+  sbx::Fd creating;
+  SandboxRecord a = reg.create(spec_with("a"), &creating);
+  REQUIRE(creating);
+  // Held by its creator (this process, through another open file): in progress.
+  CHECK_FALSE(reg.abandoned(a.id));
+  creating.reset();  // what the creator's death does
+  CHECK(reg.abandoned(a.id));
+  CHECK(reg.abandoned(a.id));  // asking takes and drops the lock: the answer stays
+  // Without a lock file (an older build's creation) nothing is known: age decides.
+  SandboxRecord b = reg.create(spec_with("b"));
+  CHECK_FALSE(reg.abandoned(b.id));
+}

@@ -26,6 +26,7 @@
 #include "backends/common/net/forwarder.hpp"
 #include "backends/common/net/rtnl.hpp"
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/fsutil.hpp"
 
 namespace sbx::net {
@@ -292,6 +293,7 @@ Jail setup(const JailRequest& req) {
   Lease lease{req.id, req.state_dir, req.driver, j.ifname, "", "", rules, names};
   if (req.attach == Attach::netns) lease.netns = j.netns = netns_dir() + "/" + req.id;
   write_lease(lease);
+  fault::point("create.jail.lease");
   try {
     // The id's hash picks the first candidate, so a restart never reshuffles
     // and two creators rarely race for the same block; symlink() is the atomic claim.
@@ -321,12 +323,14 @@ Jail setup(const JailRequest& req) {
       host.add_veth(j.ifname, kPeer, nsfd.get());
       configure_host(host, j, !lease.names.empty());
       configure_inside(inside, j);
+      fault::point("create.jail.link");
     } else {
       make_tap(j.ifname);
       configure_host(host, j, !lease.names.empty());
     }
     enable_forwarding();
     filter::add_jail(rules);
+    fault::point("create.jail.nft");
     if (!names.empty()) forwarder::ensure_running();
   } catch (Error& e) {
     try {
