@@ -130,3 +130,26 @@ def test_pause_catches_a_writer_that_forks_all_the_time(sbx, sandbox, driver):
         sbx.run("pause", sandbox).ok()
         sbx.run("resume", sandbox).ok()
     assert int(sbx.exec(sandbox, "cat", "/work/done").ok().out) > 0
+
+
+@pytest.mark.only_drivers("subprocess")
+def test_snapshot_routes_of_the_api(module_managers, driver):  # noqa: F811
+    m = module_managers.new("snap-api", "server:\n  reap_interval: 1h\n", driver=driver)
+    sid = m.create({"driver": driver})["id"]
+    assert m.sh(sid, "echo api > /work/f")["exit_code"] == 0
+    r = m.request("POST", f"/v1/sandboxes/{sid}/snapshot", {"name": "api-snap"})
+    assert r.status == 201, r
+    assert r.json()["name"] == "api-snap" and r.json()["source"] == sid
+    assert "api-snap" in [s["name"] for s in m.request("GET", "/v1/snapshots").json()]
+    r = m.request("POST", f"/v1/sandboxes/{sid}/fork")
+    assert r.status == 201, r
+    fork = r.json()["id"]
+    m.created.add(fork)
+    child = m.create({"from_snapshot": "api-snap"})["id"]
+    for s in (fork, child):
+        assert m.sh(s, "cat /work/f")["stdout"] == "api\n"
+    assert m.request("DELETE", "/v1/snapshots/api-snap").status == 200
+    assert m.request("DELETE", "/v1/snapshots/api-snap").status == 404
+    assert "api-snap" not in [s["name"] for s in m.request("GET", "/v1/snapshots").json()]
+    for s in (child, fork, sid):
+        assert m.delete(s).status == 200
