@@ -323,6 +323,7 @@ HttpResponse Api::create(const HttpRequest& req) {
     throw Error(Errc::invalid_argument, std::string("sandbox spec: ") + e.what());
   }
   spec = manager_spec(std::move(spec), body, *req.key);
+  if (!spec.from_snapshot.empty()) check_snapshot_access(req, spec.from_snapshot);
   if (label) spec.labels[kPlatformLabel] = *label;
   auto slot = reserve_sandbox(req.key->name);
   try {

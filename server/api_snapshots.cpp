@@ -28,6 +28,16 @@ HttpResponse Api::snapshot_action(const HttpRequest& req, const SandboxRecord& r
   return json_response(201, json(backend_.snapshot(rec.id, name)));
 }
 
+void Api::check_snapshot_access(const HttpRequest& req, const std::string& ref) {
+  std::string hex = ref.rfind("sha256:", 0) == 0 ? ref.substr(7) : ref;
+  for (auto& s : backend_.snapshots()) {
+    bool named = s.name == ref || (hex.size() >= 8 && s.digest.compare(7, hex.size(), hex) == 0);
+    if (named && may_use(*req.key, s)) return;
+  }
+  // Another owner's snapshot is as missing as none: its name tells nothing.
+  throw Error(Errc::not_found, "no such snapshot: " + ref.substr(0, 80));
+}
+
 HttpResponse Api::snapshots_route(const HttpRequest& req) {
   const std::string prefix = "/v1/snapshots";
   std::string rest = req.path.substr(prefix.size());

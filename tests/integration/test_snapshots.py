@@ -11,7 +11,7 @@ import os
 import pytest
 
 from conftest import Sbx
-from manager_fixtures import module_managers, manager_root  # noqa: F401
+from manager_fixtures import module_managers, manager_root, strong_key  # noqa: F401
 
 SNAPSHOT_DRIVERS = ("subprocess", "runsc")
 
@@ -134,7 +134,11 @@ def test_pause_catches_a_writer_that_forks_all_the_time(sbx, sandbox, driver):
 
 @pytest.mark.only_drivers("subprocess")
 def test_snapshot_routes_of_the_api(module_managers, driver):  # noqa: F811
-    m = module_managers.new("snap-api", "server:\n  reap_interval: 1h\n", driver=driver)
+    other = strong_key()
+    m = module_managers.new("snap-api", "server:\n  reap_interval: 1h\n  api_keys:\n"
+                            f"    - name: other\n      key: {other}\n"
+                            "      permissions: [sandboxes:read, sandboxes:write, sandboxes:run]\n",
+                            driver=driver, extra_secrets=[other])
     sid = m.create({"driver": driver})["id"]
     assert m.sh(sid, "echo api > /work/f")["exit_code"] == 0
     r = m.request("POST", f"/v1/sandboxes/{sid}/snapshot", {"name": "api-snap"})
@@ -145,6 +149,10 @@ def test_snapshot_routes_of_the_api(module_managers, driver):  # noqa: F811
     assert r.status == 201, r
     fork = r.json()["id"]
     m.created.add(fork)
+    # Another owner's snapshot is invisible to a key without admin: not listed, not usable.
+    assert m.request("GET", "/v1/snapshots", key=other).json() == []
+    assert m.request("POST", "/v1/sandboxes", {"from_snapshot": "api-snap"}, key=other).status == 404
+    assert m.request("DELETE", "/v1/snapshots/api-snap", key=other).status == 404
     child = m.create({"from_snapshot": "api-snap"})["id"]
     for s in (fork, child):
         assert m.sh(s, "cat /work/f")["stdout"] == "api\n"
