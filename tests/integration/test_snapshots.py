@@ -161,3 +161,14 @@ def test_snapshot_routes_of_the_api(module_managers, driver):  # noqa: F811
     assert "api-snap" not in [s["name"] for s in m.request("GET", "/v1/snapshots").json()]
     for s in (child, fork, sid):
         assert m.delete(s).status == 200
+
+
+@pytest.mark.only_drivers("deno", "microvm")
+def test_a_driver_without_snapshots_says_so_and_the_sandbox_runs_on(sbx, sandbox, driver):
+    """The copy fails after the pause: the sandbox must be resumed all the same."""
+    r = sbx.run("snapshot", sandbox, f"none-{driver}")
+    assert r.rc != 0 and f"the {driver} driver cannot snapshot" in r.err, r
+    assert sbx.record(sandbox)["state"] == "running"
+    assert f"none-{driver}" not in [s["name"] for s in _snapshots(sbx)]
+    assert sbx.run("fork", sandbox).rc != 0
+    assert sbx.record(sandbox)["state"] == "running"
