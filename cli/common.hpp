@@ -31,7 +31,7 @@ struct Outcome {
 
 /// Flags describing a new sandbox (create, and exec --rm).
 struct SpecFlags {
-  std::string name, driver, image, memory, pids, cpus, disk, network, idle_timeout, ttl, workdir;
+  std::string name, driver, image, memory, pids, cpus, disk, network, idle_timeout, ttl, workdir, from;
   bool persistent = false;
   std::vector<std::string> env, labels;
   std::vector<std::string> allow;
@@ -104,6 +104,8 @@ void register_kill(CLI::App& app, Globals& g, Outcome& out);
 void register_port_forward(CLI::App& app, Globals& g, Outcome& out);
 void register_pause(CLI::App& app, Globals& g, Outcome& out);
 void register_resume(CLI::App& app, Globals& g, Outcome& out);
+void register_snapshot(CLI::App& app, Globals& g, Outcome& out);
+void register_fork(CLI::App& app, Globals& g, Outcome& out);
 
 /// A subcommand that takes sandbox ids and runs `fn` on each one's backend
 /// (start, pause, resume): prints each id it did, an error line for each it

@@ -13,9 +13,17 @@ void register_create(CLI::App& app, Globals& g, Outcome& out) {
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
   sub->add_option("-w,--workdir", flags->workdir, "default working directory (default /work)")->type_name("DIR");
+  sub->add_option("--from", flags->from, "start with the files of this snapshot (`sbx snapshot ls`), on its driver and image")
+      ->type_name("SNAPSHOT");
   sub->callback([&g, &out, flags] {
     Config cfg = load_config(g, flags->driver);
+    if (!flags->from.empty() && flags->driver.empty()) {
+      // The snapshot's driver, unless --driver says otherwise (then create refuses the clash).
+      flags->driver = SnapshotStore(cfg.state_dir).get(flags->from).spec.driver;
+      cfg = load_config(g, flags->driver);
+    }
     SandboxSpec spec = spec_from_flags(*flags);
+    spec.from_snapshot = flags->from;
     auto backend = backend_for_new(cfg, spec.driver);
     bool tty = is_tty(2);
     auto rec = backend->create(spec, [tty](const std::string& msg) {

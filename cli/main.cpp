@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   register_start(app, globals, outcome);
   register_pause(app, globals, outcome);
   register_resume(app, globals, outcome);
+  register_snapshot(app, globals, outcome);
+  register_fork(app, globals, outcome);
   register_gc(app, globals, outcome);
   register_doctor(app, globals, outcome);
   register_serve(app, globals, outcome);

@@ -8,7 +8,7 @@ _sbx_networks="none jail"
 _sbx_log_formats="plain json"
 _sbx_global_opts="--config --state-dir -h --help"
 _sbx_create_opts="--name --driver --image --memory --pids --cpus --disk --network
-    --idle-timeout --ttl --persistent -e --env -l --label -w --workdir --allow"
+    --idle-timeout --ttl --persistent -e --env -l --label -w --workdir --allow --from"
 
 # Names of stored images, and `host`; honours --config/--state-dir already on the line.
 _sbx_images()
@@ -153,7 +153,7 @@ _sbx()
             if [[ $cur == -* ]]; then
                 COMPREPLY=($(compgen -W "$_sbx_global_opts --version" -- "$cur"))
             else
-                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image start pause resume ps logs attach kill port-forward" -- "$cur"))
+                COMPREPLY=($(compgen -W "create exec cp ls rm gc doctor serve pool image start pause resume snapshot fork ps logs attach kill port-forward" -- "$cur"))
             fi
             return ;;
         create) opts=$_sbx_create_opts ;;
@@ -169,7 +169,8 @@ _sbx()
         kill) opts="-s --signal" ;;
         ls) opts="--json -q --quiet -f --filter" ;;
         rm) opts="-f --force --all" ;;
-        start | pause | resume) opts="" ;;
+        start | pause | resume | fork) opts="" ;;
+        snapshot) opts="--json" ;;
         port-forward) opts="" ;;
         gc) opts="--dry-run --json" ;;
         doctor) opts="--json --driver --remote" ;;
@@ -221,6 +222,9 @@ _sbx()
         ps | logs | attach | kill | port-forward)
             # ID, then a pid (`sbx ps ID` lists them) or [LOCAL:]REMOTE: nothing to offer
             ((npos == 0)) && COMPREPLY=($(compgen -W "$(_sbx_ids "${words[0]}")" -- "$cur"))
+            ;;
+        snapshot | fork)
+            ((npos == 0)) && COMPREPLY=($(compgen -W "ls rm $(_sbx_ids "${words[0]}")" -- "$cur"))
             ;;
         rm | start | pause | resume)
             local id

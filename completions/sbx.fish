@@ -2,7 +2,7 @@
 # tests/check_docs_in_step.py keeps them in step.
 # Install as ~/.config/fish/completions/sbx.fish or into $fish_complete_path.
 
-set -l commands create exec cp ls rm gc doctor serve pool image start pause resume ps logs attach kill port-forward
+set -l commands create exec cp ls rm gc doctor serve pool image start pause resume snapshot fork ps logs attach kill port-forward
 
 function __sbx_drivers
     printf '%s\t%s\n' \
@@ -112,6 +112,8 @@ complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a rm -d 'Destroy
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a start -d 'Start a stopped persistent sandbox again'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a pause -d 'Pause sandboxes: their processes stop, their memory stays'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a resume -d 'Resume paused sandboxes'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a snapshot -d 'Snapshot a sandbox\'s files, or list (ls) or remove (rm) snapshots'
+complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a fork -d 'Start a new sandbox whose files are a copy of this one\'s'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a port-forward -d 'Forward a local port to a port inside a sandbox'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a gc -d 'Remove idle, expired, dead and orphaned sandboxes'
 complete -c sbx -n "not __fish_seen_subcommand_from $commands" -a doctor -d 'Check which drivers can run'
@@ -133,6 +135,7 @@ complete -c sbx -n $c -l pids -x -d 'Maximum number of processes (default 256)'
 complete -c sbx -n $c -l cpus -x -d 'CPU cap in cores (default 1)'
 complete -c sbx -n $c -l disk -x -d 'Size cap of the writable layer (default 1G)'
 complete -c sbx -n $c -l network -x -a 'none jail' -d 'Network mode (default none)'
+complete -c sbx -n '__fish_seen_subcommand_from create' -l from -x -d 'Start with the files of this snapshot'
 complete -c sbx -n $c -l allow -x -d 'With --network jail: reach only this network or domain (CIDR|DOMAIN)'
 complete -c sbx -n $c -l idle-timeout -x -d 'Collect after this long idle; 0 = never (default 10m)'
 complete -c sbx -n $c -l ttl -x -d 'Collect this long after creation; 0 = never (default 0)'
@@ -186,6 +189,11 @@ complete -c sbx -n '__fish_seen_subcommand_from kill' -s s -l signal -x -a 'KILL
 
 # start, pause, resume.
 complete -c sbx -n '__fish_seen_subcommand_from start pause resume' -a '(__sbx_ids)' -d 'Sandbox'
+
+# snapshot ID [NAME] | ls [--json] | rm NAME...; fork ID.
+complete -c sbx -n '__fish_seen_subcommand_from snapshot fork' -f -a '(__sbx_ids)' -d 'Sandbox'
+complete -c sbx -n '__fish_seen_subcommand_from snapshot' -f -a 'ls rm' -d 'Snapshots'
+complete -c sbx -n '__fish_seen_subcommand_from snapshot' -l json -d 'JSON array (ls)'
 
 # port-forward: ID, then [LOCAL:]REMOTE.
 complete -c sbx -n '__fish_seen_subcommand_from port-forward; and test (count (commandline -opc)) -le 2' -a '(__sbx_ids)' -d 'Sandbox'

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/port_relay.hpp"
+#include "core/snapshots.hpp"
 #include "core/spec.hpp"
 
 namespace sbx {
@@ -92,6 +93,26 @@ class Backend {
   /// Lets a paused sandbox run again: state running. Resuming a running sandbox is no error.
   virtual SandboxRecord resume(const std::string& id) {
     throw Error(Errc::unavailable, "sbx resume " + id + ": not supported by the " + where() + " backend");
+  }
+  /// Copies a running or paused sandbox's files into a snapshot named `name` (a made-up
+  /// name when empty): paused for the copy, resumed after (also on failure) unless it was
+  /// paused already. A snapshot of that name is replaced.
+  virtual SnapshotInfo snapshot(const std::string& id, const std::string& name) {
+    (void)name;
+    throw Error(Errc::unavailable, "sbx snapshot " + id + ": not supported by the " + where() + " backend");
+  }
+  /// Every snapshot, oldest first.
+  virtual std::vector<SnapshotInfo> snapshots() {
+    throw Error(Errc::unavailable, "sbx snapshot ls: not supported by the " + where() + " backend");
+  }
+  /// Removes a snapshot by name (its layer goes with its last name).
+  virtual void remove_snapshot(const std::string& name) {
+    throw Error(Errc::unavailable, "sbx snapshot rm " + name + ": not supported by the " + where() + " backend");
+  }
+  /// A new sandbox whose files are a copy of this one's now (a snapshot no name keeps).
+  virtual SandboxRecord fork(const std::string& id, const Progress& progress) {
+    (void)progress;
+    throw Error(Errc::unavailable, "sbx fork " + id + ": not supported by the " + where() + " backend");
   }
   /// The sandbox's background processes (`sbx exec -d`), running and exited.
   virtual std::vector<ProcessInfo> processes(const std::string& id) {

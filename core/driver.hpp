@@ -66,6 +66,20 @@ class Driver {
   virtual void resume(const SandboxRecord& rec, const std::string& /*dir*/) {
     throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot resume a sandbox");
   }
+  /// Copies the sandbox's writable layer (its files, not its memory) to the new file
+  /// `dest` (`sbx snapshot`). Called on a paused sandbox, after sync(2), so the copy is
+  /// consistent. Throws unavailable when the driver keeps no layer it can copy.
+  virtual void copy_layer(const SandboxRecord& rec, const std::string& /*dir*/, const std::string& /*dest*/) {
+    throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot snapshot a sandbox")
+        .set_hint("snapshots work on the subprocess and runsc drivers");
+  }
+  /// Before start(): makes the new sandbox's writable layer a copy of the snapshot file
+  /// `layer`, taken from a sandbox whose first host uid was `from_uid_base`.
+  virtual void seed_layer(const SandboxRecord& rec, const std::string& /*dir*/, const std::string& /*layer*/,
+                          uint32_t /*from_uid_base*/) {
+    throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot start a sandbox from a snapshot")
+        .set_hint("snapshots work on the subprocess and runsc drivers");
+  }
   /// A note create shows before start() when starting takes a while (a VM boot).
   virtual std::optional<std::string> start_note(const SandboxSpec& /*spec*/) { return std::nullopt; }
 };

@@ -116,13 +116,15 @@ SandboxRecord LocalBackend::create(const SandboxSpec& in, const Progress& progre
 
 SandboxRecord LocalBackend::create_for(const SandboxSpec& in, const Progress& progress, const OneShotClient& one_shot) {
   SandboxSpec spec = in;
-  // A name (or none: the default image) becomes the rootfs directory drivers take.
-  spec.image = images::resolve(in.image, in.driver, cfg_, drivers_);
+  // A name (or none: the default image) becomes the rootfs directory drivers take;
+  // a snapshot's files go on top of the image (directory) they were written over.
+  if (spec.from_snapshot.empty()) spec.image = images::resolve(in.image, in.driver, cfg_, drivers_);
+  else spec.image = apply_snapshot(spec).spec.image;
   spec = normalize_spec(std::move(spec), cfg_, drivers_);
   SandboxRecord probe_rec;
   probe_rec.spec = spec;
   auto driver = driver_for(probe_rec);
-  if (auto pooled = pool_.claim(spec, *driver)) {
+  if (auto pooled = spec.from_snapshot.empty() ? pool_.claim(spec, *driver) : std::nullopt) {
     if (one_shot.pid) {
       pooled->one_shot = one_shot;
       registry_.save(*pooled);
@@ -174,6 +176,7 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
   try {
     // Before it starts: from here `sbx image rm` refuses to delete its image.
     images::add_user(spec.image, rec.id, dir);
+    if (!spec.from_snapshot.empty()) seed_from_snapshot(rec, driver, dir);
     with_context("starting sandbox " + rec.id, [&] { driver.start(rec, dir); });
     fault::point("create.started");
     registry_.save(rec);

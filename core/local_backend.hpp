@@ -29,6 +29,10 @@ class LocalBackend : public Backend {
   SandboxRecord start(const std::string& id) override;
   SandboxRecord pause(const std::string& id) override;
   SandboxRecord resume(const std::string& id) override;
+  SnapshotInfo snapshot(const std::string& id, const std::string& name) override;
+  std::vector<SnapshotInfo> snapshots() override;
+  void remove_snapshot(const std::string& name) override;
+  SandboxRecord fork(const std::string& id, const Progress& progress) override;
   Fd open_port(const std::string& id, uint16_t port) override;
   void forward_port(const std::string& id, uint16_t port, int local_fd) override;
   GcReport gc(bool dry_run) override;
@@ -55,6 +59,13 @@ class LocalBackend : public Backend {
   std::unique_ptr<Driver> driver_for(const SandboxRecord& rec);
   /// pause (paused true) or resume, under the sandbox's exclusive lock.
   SandboxRecord set_paused(const std::string& id, bool paused);
+  /// Pauses rec (unless it is paused already) and runs copy() under its shared lock while
+  /// it stays paused; resumes it after, also when copy throws, if this paused it.
+  void while_paused(SandboxRecord& rec, const std::function<void()>& copy);
+  /// For create --from: the snapshot's driver, image and disk size in spec; throws when they clash.
+  SnapshotInfo apply_snapshot(SandboxSpec& spec);
+  /// Before start: the new sandbox's layer becomes a copy of its spec's snapshot's.
+  void seed_from_snapshot(const SandboxRecord& rec, Driver& driver, const std::string& dir);
   /// Resumes rec first when it is paused (exec, cp and the rest need its agent); rec is re-read.
   void resume_if_paused(SandboxRecord& rec);
   /// A running sandbox's record and an agent connection, or a clear error.

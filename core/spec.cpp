@@ -81,10 +81,12 @@ void to_json(json& j, const SandboxSpec& s) {
            {"persistent", s.persistent},   {"env", s.env},
            {"labels", s.labels},           {"workdir", s.workdir},
            {"allow", s.allow}};
+  // Only when set: most specs have none, and older readers reject unknown fields.
+  if (!s.from_snapshot.empty()) j["from_snapshot"] = s.from_snapshot;
 }
 void from_json(const json& j, SandboxSpec& s) {
   reject_unknown_fields(j, {"name", "driver", "image", "limits", "network", "idle_timeout_s", "ttl_s", "persistent",
-                            "env", "labels", "workdir", "allow"},
+                            "env", "labels", "workdir", "allow", "from_snapshot"},
                         "sandbox spec");
   opt(j, "name", s.name);  // absent from records written before names existed
   opt(j, "driver", s.driver);
@@ -98,6 +100,7 @@ void from_json(const json& j, SandboxSpec& s) {
   opt(j, "labels", s.labels);
   opt(j, "workdir", s.workdir);
   opt(j, "allow", s.allow);
+  opt(j, "from_snapshot", s.from_snapshot);
 }
 
 void to_json(json& j, const SandboxRecord& r) {

@@ -44,6 +44,7 @@ struct SandboxSpec {
   std::map<std::string, std::string> env;   ///< default environment of every exec
   std::map<std::string, std::string> labels;
   std::string workdir = "/work";            ///< default cwd of every exec, created at start
+  std::string from_snapshot;                ///< snapshot whose files the sandbox starts with (create --from); empty = none
   std::vector<std::string> allow;           ///< network jail allowlist (a.b.c.d/n or domain names); empty = any public destination
 };
 

@@ -43,16 +43,19 @@ Error no_such_sandbox(const std::string& id) {
 std::string allowed_methods(const std::string& path) {
   static const std::pair<const char*, const char*> fixed[] = {
       {"/v1/sandboxes", "GET, POST"}, {"/v1/run", "POST"},   {"/v1/run/ws", "GET"},
-      {"/v1/gc", "POST"},             {"/healthz", "GET"}, {"/metrics", "GET"}};
+      {"/v1/gc", "POST"},             {"/healthz", "GET"}, {"/metrics", "GET"}, {"/v1/snapshots", "GET"}};
   for (auto& [p, m] : fixed)
     if (path == p) return m;
+  if (path.rfind("/v1/snapshots/", 0) == 0) return "DELETE";
   const std::string prefix = "/v1/sandboxes/";
   if (path.rfind(prefix, 0) != 0) return "";
   std::string rest = path.substr(prefix.size());
   auto slash = rest.find('/');
   if (slash == std::string::npos) return "GET, DELETE";
   std::string sub = rest.substr(slash + 1);
-  if (sub == "exec" || sub == "commands" || sub == "tokens" || sub == "pause" || sub == "resume") return "POST";
+  if (sub == "exec" || sub == "commands" || sub == "tokens" || sub == "pause" || sub == "resume" || sub == "snapshot" ||
+      sub == "fork")
+    return "POST";
   if (sub.rfind("ports/", 0) == 0) return kPortProxyMethods;
   if (sub == "stat" || sub == "exec/ws" || sub == "processes" || sub.rfind("tcp/", 0) == 0) return "GET";
   if (sub.rfind("processes/", 0) == 0) return sub.size() > 7 && sub.ends_with("/signal") ? "POST" : "GET";
@@ -196,6 +199,10 @@ HttpResponse Api::route(const HttpRequest& req) {
   if (p == "/v1/gc" && m == "POST") return need(req, kWrite), gc(req);
   if (p == "/v1/sandboxes" && m == "POST") return need(req, kWrite), create(req);
   if (p == "/v1/sandboxes" && m == "GET") return need(req, kRead), list(req);
+  if (p == "/v1/snapshots" || p.rfind("/v1/snapshots/", 0) == 0) {
+    need(req, m == "GET" ? kRead : kWrite);
+    if (HttpResponse r = snapshots_route(req); r.status) return r;
+  }
   const std::string prefix = "/v1/sandboxes/";
   if (p.rfind(prefix, 0) == 0) {
     HttpResponse r = sandbox_route(req, p.substr(prefix.size()));
@@ -234,6 +241,7 @@ HttpResponse Api::sandbox_route(const HttpRequest& req, const std::string& rest)
   if (sub == "tokens") return tokens(req, rec);
   if (sub == "pause") return json_response(200, public_record(backend_.pause(id)));
   if (sub == "resume") return json_response(200, public_record(backend_.resume(id)));
+  if (sub == "snapshot" || sub == "fork") return snapshot_action(req, rec, sub);
   if (sub == "processes" || sub.rfind("processes/", 0) == 0) return processes_route(req, rec, sub);
   if (sub.rfind("tcp/", 0) == 0) return tcp_ws(req, rec, port_number(sub.substr(4)));
   if (sub == "commands") return commands(req, rec);
@@ -315,6 +323,7 @@ HttpResponse Api::create(const HttpRequest& req) {
     throw Error(Errc::invalid_argument, std::string("sandbox spec: ") + e.what());
   }
   spec = manager_spec(std::move(spec), body, *req.key);
+  if (!spec.from_snapshot.empty()) check_snapshot_access(req, spec.from_snapshot);
   if (label) spec.labels[kPlatformLabel] = *label;
   auto slot = reserve_sandbox(req.key->name);
   try {

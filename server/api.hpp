@@ -132,6 +132,12 @@ class Api {
   HttpResponse sandbox_route(const HttpRequest& req, const std::string& rest);
   HttpResponse create(const HttpRequest& req);
   HttpResponse list(const HttpRequest& req);
+  /// POST .../snapshot ({"name"}: 201 the snapshot) and .../fork (201 the new sandbox) (api_snapshots.cpp).
+  HttpResponse snapshot_action(const HttpRequest& req, const SandboxRecord& rec, const std::string& sub);
+  /// For a create with from_snapshot: not_found unless the key may use that snapshot.
+  void check_snapshot_access(const HttpRequest& req, const std::string& ref);
+  /// GET /v1/snapshots, DELETE /v1/snapshots/{name}; status 0 when no route matches.
+  HttpResponse snapshots_route(const HttpRequest& req);
   /// The list's answer: `here` alone, or with every peer's in a fleet (fleet.cpp).
   HttpResponse fleet_list(const HttpRequest& req, nlohmann::json here);
   /// `req` passed on to the manager `owner` (fleet.cpp).

@@ -224,9 +224,23 @@ void Group::freeze(bool frozen) const {
     return ev.find(frozen ? "frozen 1" : "frozen 0") != std::string::npos;
   };
   auto deadline = steady_clock::now() + seconds(5);
+  // The v1 freezer can stay FREEZING for good when it caught a shell between
+  // vfork and exec (the parent waits in kernel_clone on a child that is frozen
+  // already; seen with busybox sh in a write loop, 1 pause in ~5): thawing
+  // lets the child exec, and the next attempt usually catches both.
+  auto retry_at = steady_clock::now() + milliseconds(200);
   for (int us = 50; !settled(); us = std::min(us * 2, 5'000)) {
-    if (steady_clock::now() > deadline)
+    if (steady_clock::now() > deadline) {
+      if (frozen && !c->v2) write_knob(knob, "THAWED");  // not left half-frozen: rm could not kill it
       throw Error(Errc::timeout, "cgroup sbx/" + scope_ + "/" + name_ + (frozen ? " did not freeze" : " did not thaw") + " within 5 s");
+    }
+    if (frozen && !c->v2 && steady_clock::now() > retry_at) {
+      write_knob(knob, "THAWED");
+      std::this_thread::sleep_for(milliseconds(1));
+      write_knob(knob, "FROZEN");
+      retry_at = steady_clock::now() + milliseconds(200);
+      us = 50;
+    }
     std::this_thread::sleep_for(microseconds(us));
   }
 }

@@ -57,27 +57,6 @@ void ensure_template(const std::string& path, uint64_t mb) {
 }
 
 // Only the extents that hold data: the copy of a 1 GiB template moves ~600 KiB.
-void sparse_copy(int from, int to) {
-  off_t off = 0;
-  for (;;) {
-    off_t data = ::lseek(from, off, SEEK_DATA);
-    if (data < 0) {
-      if (errno == ENXIO) return;  // no data past off
-      throw sys_error("reading the disk template", errno);
-    }
-    off_t hole = ::lseek(from, data, SEEK_HOLE);
-    if (hole < 0) throw sys_error("reading the disk template", errno);
-    loff_t in = data, out = data;
-    for (size_t left = static_cast<size_t>(hole - data); left;) {
-      ssize_t n = ::copy_file_range(from, &in, to, &out, left, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw sys_error("copying the disk template", n < 0 ? errno : EIO);
-      left -= static_cast<size_t>(n);
-    }
-    off = hole;
-  }
-}
-
 std::optional<std::string> backing_file(const std::string& loop_name) {
   auto text = read_file_if_exists("/sys/block/" + loop_name + "/loop/backing_file");
   if (!text) return std::nullopt;
@@ -120,6 +99,27 @@ std::string strip_deleted(std::string file) {
 
 }  // namespace
 
+void sparse_copy(int from, int to, const std::string& what) {
+  off_t off = 0;
+  for (;;) {
+    off_t data = ::lseek(from, off, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) return;  // no data past off
+      throw sys_error("reading " + what, errno);
+    }
+    off_t hole = ::lseek(from, data, SEEK_HOLE);
+    if (hole < 0) throw sys_error("reading " + what, errno);
+    loff_t in = data, out = data;
+    for (size_t left = static_cast<size_t>(hole - data); left;) {
+      ssize_t n = ::copy_file_range(from, &in, to, &out, left, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw sys_error("copying " + what, n < 0 ? errno : EIO);
+      left -= static_cast<size_t>(n);
+    }
+    off = hole;
+  }
+}
+
 std::string image_path(const std::string& dir) { return dir + "/disk.img"; }
 
 std::string Loop::path() const { return "/dev/loop" + std::to_string(number); }
@@ -136,7 +136,7 @@ std::string ensure_image(const std::string& state_root, const std::string& dir, 
   if (!to) throw sys_error("cannot create " + tmp, errno);
   try {
     if (::ftruncate(to.get(), static_cast<off_t>(mb << 20)) != 0) throw sys_error("sizing " + tmp, errno);
-    sparse_copy(from.get(), to.get());
+    sparse_copy(from.get(), to.get(), "the disk template");
     if (::rename(tmp.c_str(), image.c_str()) != 0) throw sys_error("installing " + image, errno);
   } catch (...) {
     ::unlink(tmp.c_str());

@@ -48,6 +48,20 @@ struct Loop {
   std::string path() const;
 };
 
+/// Copies the data extents of `from` into `to` at the same offsets
+/// (SEEK_DATA/SEEK_HOLE and copy_file_range): holes stay holes. `to` must be
+/// sized already; `what` names the source in errors.
+void sparse_copy(int from, int to, const std::string& what);
+
+/// A sparse copy of the image `from` as `to` (written under a temp name and renamed).
+void copy_image(const std::string& from, const std::string& to);
+
+/// Makes <dir>/disk.img a sparse copy of the snapshot image `from` (create --from),
+/// mounted on the host once to clear the overlay's work directory. When the copy's files belong to another sandbox's id range (from_uid_base, as
+/// the subprocess driver maps them), mounts it on the host once and moves every
+/// owner into this sandbox's range (to_uid_base), so its root owns its files.
+void seed_image(const std::string& from, const std::string& dir, uint32_t from_uid_base, uint32_t to_uid_base);
+
 /// Binds `image` to a free loop device (LOOP_CTL_GET_FREE, LOOP_CONFIGURE with autoclear).
 Loop attach(const std::string& image);
 

@@ -295,6 +295,14 @@ class RunscDriver : public Driver {
     return cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id).pids_limit_hits();
   }
 
+  void copy_layer(const SandboxRecord& /*rec*/, const std::string& dir, const std::string& dest) override {
+    disk::copy_image(disk::image_path(dir), dest);
+  }
+  void seed_layer(const SandboxRecord& /*rec*/, const std::string& dir, const std::string& layer,
+                  uint32_t from_uid_base) override {
+    // gVisor's gofer writes as the host's root: no id range to move.
+    disk::seed_image(layer, dir, from_uid_base, from_uid_base);
+  }
   // gVisor's own: the sentry stops every task of the container (its memory stays in the sentry).
   void pause(const SandboxRecord& rec, const std::string& /*dir*/) override { runsc_state_change(rec, "pause"); }
   void resume(const SandboxRecord& rec, const std::string& /*dir*/) override { runsc_state_change(rec, "resume"); }

@@ -106,6 +106,13 @@ class SubprocessDriver : public Driver {
   uint64_t oom_kills(const SandboxRecord& rec) override { return cgroup::Group::open(scope_of(rec), rec.id).oom_kills(); }
 
   // The cgroup freezer: every process of the sandbox is in its group.
+  void copy_layer(const SandboxRecord& /*rec*/, const std::string& dir, const std::string& dest) override {
+    disk::copy_image(disk::image_path(dir), dest);
+  }
+  void seed_layer(const SandboxRecord& rec, const std::string& dir, const std::string& layer,
+                  uint32_t from_uid_base) override {
+    disk::seed_image(layer, dir, from_uid_base, rec.uid_base);
+  }
   void pause(const SandboxRecord& rec, const std::string& /*dir*/) override {
     cgroup::Group::open(scope_of(rec), rec.id).freeze(true);
   }

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Side by side, in one run, per driver (subprocess always, runsc when
+# `sbx doctor --driver runsc` passes; RUNSC=0 skips it), on a source sandbox
+# holding FILL_MB (default 8) MiB of files in its writable layer:
+#   sbx snapshot ID NAME        (pause, sync, sparse copy of the layer, hash, resume)
+#   sbx create --from NAME      (fork create-to-ready: the layer copied in, agent answering)
+#   sbx fork ID                 (both of the above in one call)
+# against `sbx create` of the same image cold and from a filled warm pool.
+# Target (issue 15): fork create-to-ready <= 1.5x a pooled create. Each timed
+# call is a whole CLI call; hyperfine's --prepare removes every sandbox but the
+# source (and tops the pool up for the pooled runs). Needs root; installs
+# hyperfine from Debian if missing. (bench/lib.sh is for benches with managers;
+# this one has none, as bench/pool_create.sh.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SBX=${SBX_BIN:-$PWD/build/sbx}
+RUNS=${RUNS:-20}
+RUNS_RUNSC=${RUNS_RUNSC:-10}
+FILL_MB=${FILL_MB:-8}
+dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null; }
+[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
+: >"$work/config.yaml"
+export SBX_STATE_DIR=$work/state SBX_CONFIG=$work/config.yaml USE_REMOTE_SANDBOX=false LOCAL_SANDBOX_BACKEND=subprocess
+cleanup() {
+  "$SBX" rm --all >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# --prepare: removes every sandbox but the source ($1); with a driver ($2), fills its pool of 1.
+cat >"$work/others.sh" <<END
+set -euo pipefail
+for id in \$("$SBX" ls --json | python3 -c 'import json,sys; [print(r["id"]) for r in json.load(sys.stdin) if r["id"] != sys.argv[1]]' "\$1"); do
+  "$SBX" rm -f "\$id" >/dev/null
+done
+if [[ -n \${2:-} ]]; then SBX_POOL=\$2=1 "$SBX" pool fill >/dev/null; fi
+END
+
+mean_ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
+run() { # label json runs prepare command
+  hyperfine -N --warmup 1 --runs "$3" --prepare "$4" --export-json "$2" "$5" >/dev/null
+  printf '%-40s %9.2f ms\n' "$1" "$(mean_ms "$2")"
+}
+
+drivers=(subprocess)
+if [[ ${RUNSC:-1} != 0 ]] && "$SBX" doctor --driver runsc >/dev/null 2>&1; then drivers+=(runsc); fi
+
+for d in "${drivers[@]}"; do
+  n=$RUNS
+  [[ $d == runsc ]] && n=$RUNS_RUNSC
+  src=$(SBX_POOL=$d=0 "$SBX" create --driver "$d")
+  "$SBX" exec "$src" -- sh -c "mkdir -p /work/data && head -c $((FILL_MB << 20)) /dev/urandom > /work/data/blob && echo ok > /work/mark" >/dev/null
+  echo "== $d ($n runs each; $FILL_MB MiB of files in the source)"
+  run "sbx snapshot ID NAME" "$work/snap-$d.json" "$n" "true" "$SBX snapshot $src bench-$d"
+  run "fork: sbx create --from NAME" "$work/from-$d.json" "$n" "bash $work/others.sh $src" \
+    "env SBX_POOL=$d=0 $SBX create --from bench-$d"
+  run "sbx fork ID (snapshot + create)" "$work/fork-$d.json" "$n" "bash $work/others.sh $src" "$SBX fork $src"
+  run "peer: cold create" "$work/cold-$d.json" "$n" "bash $work/others.sh $src" \
+    "env SBX_POOL=$d=0 $SBX create --driver $d"
+  run "peer: pooled create (pool of 1, refilled)" "$work/pool-$d.json" "$n" "bash $work/others.sh $src $d" \
+    "env SBX_POOL=$d=1 $SBX create --driver $d"
+  bash "$work/others.sh" "$src"
+  "$SBX" rm --all >/dev/null
+  "$SBX" snapshot rm "bench-$d" >/dev/null
+done
+
+python3 - "$work" "${drivers[@]}" <<'PY'
+import json, sys
+w, drivers = sys.argv[1], sys.argv[2:]
+m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["mean"] * 1000
+print()
+for d in drivers:
+    snap, frm, fork, cold, pool = (m(f"{k}-{d}") for k in ("snap", "from", "fork", "cold", "pool"))
+    print(f"{d:<11} snapshot {snap:7.2f} ms  create --from {frm:7.2f} ms  fork {fork:7.2f} ms  "
+          f"cold {cold:7.2f} ms  pooled {pool:6.2f} ms")
+    print(f"{'':<11} create --from / pooled = {frm / pool:.2f}x, / cold = {frm / cold:.2f}x; "
+          f"target <= 1.5x pooled: {'PASS' if frm <= 1.5 * pool else 'MISS'}")
+PY

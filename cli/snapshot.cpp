@@ -1,0 +1,97 @@
+// sbx snapshot: copy a sandbox's files into a named snapshot (paused for the
+// copy, resumed after), list and remove snapshots. `sbx create --from NAME`
+// and `sbx fork ID` start sandboxes from them (docs/snapshots.md).
+#include <cstdio>
+
+#include <fmt/core.h>
+
+#include "backends/drivers.hpp"
+#include "cli/common.hpp"
+#include "core/local_backend.hpp"
+
+namespace sbx::cli {
+
+namespace {
+
+std::string size_text(uint64_t bytes) {
+  if (bytes >= (10ull << 20)) return std::to_string(bytes >> 20) + "M";
+  return std::to_string((bytes + 1023) >> 10) + "K";
+}
+
+void print_snapshots(const std::vector<SnapshotInfo>& snaps, bool json) {
+  if (json) {
+    std::printf("%s\n", nlohmann::json(snaps).dump().c_str());
+    return;
+  }
+  std::printf("%-28s %-19s %-16s %-10s %7s %s\n", "NAME", "DIGEST", "SOURCE", "DRIVER", "SIZE", "COPY");
+  for (auto& s : snaps)
+    std::printf("%-28s %-19s %-16s %-10s %7s %llums\n", s.name.c_str(), s.digest.substr(0, 19).c_str(),
+                s.source.c_str(), s.spec.driver.c_str(), size_text(s.bytes).c_str(),
+                static_cast<unsigned long long>(s.copy_ms));
+}
+
+}  // namespace
+
+void register_snapshot(CLI::App& app, Globals& g, Outcome& out) {
+  auto* sub = app.add_subcommand("snapshot", "Snapshot a sandbox's files (ID [NAME]), or list (ls) or remove (rm) snapshots");
+  struct State {
+    std::vector<std::string> args, names;
+    bool json = false;
+  };
+  auto st = std::make_shared<State>();
+  sub->add_option("args", st->args, "ID [NAME]: the sandbox and the snapshot's name (default ID-<ms>)")->expected(1, 2);
+
+  auto* ls = sub->add_subcommand("ls", "List snapshots, oldest first");
+  ls->add_flag("--json", st->json, "JSON array, one object per snapshot");
+  ls->callback([&g, &out, st] {
+    Config cfg = load_config(g);
+    print_snapshots(LocalBackend(cfg, builtin_drivers()).snapshots(), st->json);
+    out.status = 0;
+  });
+  auto* rm = sub->add_subcommand("rm", "Remove snapshots (a layer goes with its last name)");
+  rm->add_option("names", st->names, "snapshot names")->required();
+  rm->callback([&g, &out, st] {
+    Config cfg = load_config(g);
+    LocalBackend local(cfg, builtin_drivers());
+    int failures = 0;
+    for (auto& n : st->names) {
+      try {
+        local.remove_snapshot(n);
+      } catch (const Error& e) {
+        print_error(e);
+        ++failures;
+      }
+    }
+    out.status = failures ? exit_status(Errc::not_found) : 0;
+  });
+
+  sub->callback([&g, &out, st, sub] {
+    if (!sub->get_subcommands().empty()) return;  // ls or rm ran
+    if (st->args.empty())
+      throw Error(Errc::invalid_argument, "sbx snapshot needs a sandbox id, or ls or rm")
+          .set_hint("sbx snapshot ID [NAME] | sbx snapshot ls | sbx snapshot rm NAME");
+    Config cfg = load_config(g);
+    std::string id = st->args[0];
+    auto snap = backend_for_existing(cfg, id)->snapshot(id, st->args.size() > 1 ? st->args[1] : "");
+    std::printf("%s\n", snap.name.c_str());
+    out.status = 0;
+  });
+}
+
+void register_fork(CLI::App& app, Globals& g, Outcome& out) {
+  auto* sub = app.add_subcommand("fork", "Start a new sandbox whose files are a copy of this one's; print its id");
+  auto id = std::make_shared<std::string>();
+  sub->add_option("id", *id, "sandbox id (or name, or unambiguous prefix)")->required();
+  sub->callback([&g, &out, id] {
+    Config cfg = load_config(g);
+    std::string ref = *id;
+    bool tty = is_tty(2);
+    auto rec = backend_for_existing(cfg, ref)->fork(ref, [tty](const std::string& msg) {
+      if (tty) std::fprintf(stderr, "sbx: %s...\n", msg.c_str());
+    });
+    std::printf("%s\n", rec.id.c_str());
+    out.status = 0;
+  });
+}
+
+}  // namespace sbx::cli
