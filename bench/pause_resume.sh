@@ -8,22 +8,9 @@
 # ratio to the exec. Needs root; installs hyperfine from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SBX=${SBX_BIN:-$PWD/build/sbx}
 RUNS=${RUNS:-50}
-dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null; }
-[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
+source bench/local_lib.sh
 
-work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
-: >"$work/config.yaml"
-export SBX_STATE_DIR=$work/state SBX_CONFIG=$work/config.yaml USE_REMOTE_SANDBOX=false LOCAL_SANDBOX_BACKEND=subprocess
-cleanup() {
-  "$SBX" rm --all >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-mean_ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
 run() { # label json prepare command -> prints the mean, returns it in $last
   hyperfine -N --warmup 2 --runs "$RUNS" --prepare "$3" --export-json "$2" "$4" >/dev/null
   last=$(mean_ms "$2")

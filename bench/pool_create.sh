@@ -9,22 +9,9 @@
 # hyperfine from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SBX=${SBX_BIN:-$PWD/build/sbx}
 RUNS=${RUNS:-50}
 RUNS_RUNSC=${RUNS_RUNSC:-10}
-dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null; }
-[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
-
-work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
-state="$work/state"
-: >"$work/config.yaml"
-export SBX_STATE_DIR=$state SBX_CONFIG=$work/config.yaml USE_REMOTE_SANDBOX=false LOCAL_SANDBOX_BACKEND=subprocess
-cleanup() {
-  "$SBX" rm --all >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source bench/local_lib.sh
 
 # The pooled runs' --prepare: fails (and with it the bench) if the previous
 # timed create was not served by the pool, then empties the state root and fills a pool of 1.
@@ -36,7 +23,6 @@ export SBX_POOL=\$1=1
 "$SBX" pool fill >/dev/null
 END
 
-mean_ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
 run() { # label json runs prepare command
   hyperfine -N --warmup 2 --runs "$3" --prepare "$4" --export-json "$2" "$5" >/dev/null
   printf '%-36s %9.2f ms\n' "$1" "$(mean_ms "$2")"

@@ -9,26 +9,13 @@
 # Target (issue 15): fork create-to-ready <= 1.5x a pooled create. Each timed
 # call is a whole CLI call; hyperfine's --prepare removes every sandbox but the
 # source (and tops the pool up for the pooled runs). Needs root; installs
-# hyperfine from Debian if missing. (bench/lib.sh is for benches with managers;
-# this one has none, as bench/pool_create.sh.)
+# hyperfine from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SBX=${SBX_BIN:-$PWD/build/sbx}
 RUNS=${RUNS:-20}
 RUNS_RUNSC=${RUNS_RUNSC:-10}
 FILL_MB=${FILL_MB:-8}
-dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null; }
-[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
-
-work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
-: >"$work/config.yaml"
-export SBX_STATE_DIR=$work/state SBX_CONFIG=$work/config.yaml USE_REMOTE_SANDBOX=false LOCAL_SANDBOX_BACKEND=subprocess
-cleanup() {
-  "$SBX" rm --all >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source bench/local_lib.sh
 
 # --prepare: removes every sandbox but the source ($1); with a driver ($2), fills its pool of 1.
 cat >"$work/others.sh" <<END
@@ -39,7 +26,6 @@ done
 if [[ -n \${2:-} ]]; then SBX_POOL=\$2=1 "$SBX" pool fill >/dev/null; fi
 END
 
-mean_ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
 run() { # label json runs prepare command
   hyperfine -N --warmup 1 --runs "$3" --prepare "$4" --export-json "$2" "$5" >/dev/null
   printf '%-40s %9.2f ms\n' "$1" "$(mean_ms "$2")"

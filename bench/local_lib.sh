@@ -1,0 +1,20 @@
+# Shared by the benches that time sbx's local backend with hyperfine and no
+# manager (pool_create.sh, pause_resume.sh, snapshot_fork.sh; bench/lib.sh is
+# the managers' own): hyperfine installed from Debian if missing, a scratch
+# state root and empty config in $work, removed with every sandbox on exit,
+# and mean_ms of a hyperfine JSON export. Source it from the repository's root.
+SBX=${SBX_BIN:-$PWD/build/sbx}
+dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null; }
+[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
+: >"$work/config.yaml"
+export SBX_STATE_DIR=$work/state SBX_CONFIG=$work/config.yaml USE_REMOTE_SANDBOX=false LOCAL_SANDBOX_BACKEND=subprocess
+cleanup() {
+  "$SBX" rm --all >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+mean_ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
