@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "core/images.hpp"
 #include "core/netaddr.hpp"
 #include "core/pinned_pid.hpp"
+#include "core/snapshots.hpp"
 #include "core/units.hpp"
 
 namespace sbx {
@@ -565,6 +567,9 @@ GcReport LocalBackend::gc(bool dry_run) {
   // A sandbox created since `recs` was read has its record by now (made before its cgroup,
   // mounts or runsc container): read again, or the sweep takes it for an orphan and kills it.
   for (auto& rec : registry_.list()) live.insert(rec.id);
+  for (auto& path : stale_snapshot_copies(cfg_.state_dir, now, kStrayGraceMs))
+    act({"snapshot_copy", path, "an unfinished snapshot copy (its snapshot was killed)", false, ""},
+        [&] { if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw sys_error("removing " + path, errno); });
   for (auto& info : drivers_) {
     auto driver = info.make(cfg_);
     for (auto& what : driver->orphans(live))

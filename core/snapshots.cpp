@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -166,6 +167,21 @@ void SnapshotStore::remove(const std::string& name) {
   for (auto& other : list())
     if (other.digest == s.digest) return;  // another name keeps the layer
   ::unlink(layer_path(s).c_str());
+}
+
+std::vector<std::string> stale_snapshot_copies(const std::string& state_root, int64_t now_ms, int64_t grace_ms) {
+  std::vector<std::string> out;
+  const std::string tmp = state_root + "/snapshots/tmp";
+  DIR* d = ::opendir(tmp.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    std::string path = tmp + "/" + e->d_name;
+    struct stat st {};
+    if (e->d_name[0] == '.' || ::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (now_ms - int64_t{st.st_mtim.tv_sec} * 1000 >= grace_ms) out.push_back(path);
+  }
+  ::closedir(d);
+  return out;
 }
 
 }  // namespace sbx

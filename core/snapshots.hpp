@@ -5,6 +5,7 @@
 // Two snapshots with the same files share one layer; a layer goes with its last name.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,11 @@ class SnapshotStore {
  private:
   std::string root_;
 };
+
+/// The copies in progress under state_root's snapshots/tmp/ that a killed snapshot left:
+/// those not written to for `grace_ms` (a live copy writes all the time, and is filed
+/// the moment it ends). Reads only: gc must work on a full or read-only state root.
+std::vector<std::string> stale_snapshot_copies(const std::string& state_root, int64_t now_ms, int64_t grace_ms);
 
 /// Throws invalid_argument unless `name` can name a snapshot (the sandbox name rule).
 void check_snapshot_name(const std::string& name);

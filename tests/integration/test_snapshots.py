@@ -172,3 +172,25 @@ def test_a_driver_without_snapshots_says_so_and_the_sandbox_runs_on(sbx, sandbox
     assert f"none-{driver}" not in [s["name"] for s in _snapshots(sbx)]
     assert sbx.run("fork", sandbox).rc != 0
     assert sbx.record(sandbox)["state"] == "running"
+
+
+@pytest.mark.only_drivers("subprocess")
+def test_gc_removes_the_copy_a_killed_snapshot_left(gc_sbx):
+    # What `sbx snapshot` killed mid-copy leaves: a file in snapshots/tmp/ that no ref names.
+    tmp = os.path.join(gc_sbx.state_dir, "snapshots", "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    stale, fresh = os.path.join(tmp, "sbx_deadcopy0001.img"), os.path.join(tmp, "sbx_livecopy0001.img")
+    for path in (stale, fresh):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 4096)
+    old = os.path.getmtime(stale) - 600
+    os.utime(stale, (old, old))
+    r = gc_sbx.run("gc", "--dry-run", "--json").ok()
+    acts = [a for a in json.loads(r.stdout)["actions"] if a["kind"] == "snapshot_copy"]
+    assert [a["target"] for a in acts] == [stale], r.stdout
+    assert os.path.exists(stale), "gc --dry-run removed the copy"
+    r = gc_sbx.run("gc", "--json").ok()
+    acts = [a for a in json.loads(r.stdout)["actions"] if a["kind"] == "snapshot_copy"]
+    assert [(a["target"], a["done"]) for a in acts] == [(stale, True)], r.stdout
+    assert not os.path.exists(stale), "gc left the killed snapshot's copy"
+    assert os.path.exists(fresh), "gc removed a copy still being written"
