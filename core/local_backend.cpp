@@ -19,7 +19,6 @@
 #include "core/images.hpp"
 #include "core/netaddr.hpp"
 #include "core/pinned_pid.hpp"
-#include "core/snapshots.hpp"
 #include "core/units.hpp"
 
 namespace sbx {
@@ -27,9 +26,6 @@ namespace sbx {
 namespace {
 // How long a new sandbox's agent may take to answer before create gives up.
 constexpr int kReadyTimeoutMs = 30'000;
-// A directory without a record younger than this may be a create in progress.
-constexpr int64_t kStrayGraceMs = 120'000;
-
 bool valid_env_key(const std::string& k) {
   if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) return false;
   return true;
@@ -44,13 +40,12 @@ void check_cpus_fit_host(double cpus) {
                                                   cores == 1 ? "" : "s"))
       .set_hint(fmt::format("ask for at most {} (limits.cpus in the API)", cores));
 }
+}  // namespace
 
-// The end of a sandbox's record, and of its claim on its image.
-void forget(Registry& registry, const SandboxRecord& rec) {
+void forget_record(Registry& registry, const SandboxRecord& rec) {
   registry.remove(rec.id);
   images::drop_user(rec.spec.image, rec.id);
 }
-}  // namespace
 
 std::map<std::string, std::string> base_exec_env() {
   return {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -193,7 +188,7 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
   } catch (Error& e) {
     try {
       driver.destroy(rec, dir);
-      forget(registry_, rec);
+      forget_record(registry_, rec);
     } catch (const Error& cleanup) {
       e.add_context("(cleanup also failed: " + std::string(cleanup.what()) + ")");
     }
@@ -403,7 +398,7 @@ std::vector<std::string> LocalBackend::drain_pool(const std::string& driver) {
     auto* info = find_driver(drivers_, rec.spec.driver);
     if (!info) continue;
     with_context("removing pooled sandbox " + rec.id, [&] { info->make(cfg_)->destroy(*cur, registry_.dir(rec.id)); });
-    forget(registry_, *cur);
+    forget_record(registry_, *cur);
     out.push_back(rec.id);
   }
   return out;
@@ -424,7 +419,7 @@ void LocalBackend::destroy(const SandboxRecord& rec) {
   auto* info = find_driver(drivers_, rec.spec.driver);
   if (info) info->make(cfg_)->destroy(rec, registry_.dir(rec.id));
   fault::point("rm.destroyed");
-  forget(registry_, rec);
+  forget_record(registry_, rec);
 }
 
 void LocalBackend::remove(const std::string& id) {
@@ -468,114 +463,6 @@ SandboxRecord LocalBackend::start(const std::string& id) {
   registry_.save(rec);
   registry_.touch(rec.id);
   return rec;
-}
-
-std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, int64_t now,
-                                    const std::map<std::string, std::string>& unwanted_pooled, bool& alive) {
-  bool pooled = rec.state == SandboxState::pooled;
-  bool paused = rec.state == SandboxState::paused;
-  alive = has_agent(rec.state) && driver.alive(rec);
-  // A one-shot lives only as long as its client (a killed `sbx exec --rm`);
-  // a client in another pid namespace cannot be judged from here.
-  const OneShotClient& client = rec.one_shot;
-  if (client.pid && client.pid_ns == proc::pid_namespace() && !proc::alive(client.pid, client.start))
-    return "one-shot client (pid " + std::to_string(client.pid) + ") is gone";
-  if (rec.state == SandboxState::creating) {
-    // Its creator held the lock from the start: free, the creator is gone (a crash, a SIGKILL).
-    if (registry_.abandoned(rec.id)) return "its creator died while creating it";
-    if (now - rec.created_ms < kStrayGraceMs) return "";
-  }
-  // A persistent sandbox's disk outlives its agent (a host reboot): it waits, dead, for `sbx start` or `sbx rm`.
-  if (!alive && rec.spec.persistent && (rec.state != SandboxState::creating && rec.state != SandboxState::failed && !pooled)) return "";
-  if (!alive) return has_agent(rec.state) ? "its agent is gone" : std::string(state_name(rec.state));
-  if (pooled) {
-    // Waiting in the warm pool is not idleness: only the pool's own rules remove it.
-    auto it = unwanted_pooled.find(rec.id);
-    return it == unwanted_pooled.end() ? "" : it->second;
-  }
-  if (rec.spec.persistent) return "";
-  uint64_t age_s = static_cast<uint64_t>(now - rec.created_ms) / 1000;
-  uint64_t idle_ms = static_cast<uint64_t>(now - std::max(rec.last_active_ms, rec.created_ms));
-  if (rec.spec.ttl_s && age_s >= rec.spec.ttl_s) return "past its TTL of " + format_duration_ms(rec.spec.ttl_s * 1000);
-  if (!rec.spec.idle_timeout_s || idle_ms < rec.spec.idle_timeout_s * 1000) return "";
-  // Nothing runs in a paused sandbox (and its frozen agent answers no ping): idle since its last use.
-  if (paused) return "paused and idle for " + format_duration_ms(idle_ms) + " (timeout " + format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
-  // A long-running command (or background process) is not idleness, and
-  // idleness starts when the last background process ended: ask the agent.
-  nlohmann::json ping;
-  try {
-    ping = AgentClient(driver.connect(rec, registry_.dir(rec.id))).ping();
-  } catch (const Error&) {
-  }
-  if (ping.value("running", 0)) return "";
-  if (auto quiet = ping.value("quiet_ms", int64_t{-1}); quiet >= 0) idle_ms = std::min(idle_ms, static_cast<uint64_t>(quiet));
-  if (idle_ms < rec.spec.idle_timeout_s * 1000) return "";
-  return "idle for " + format_duration_ms(idle_ms) + " (timeout " + format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
-}
-
-GcReport LocalBackend::gc(bool dry_run) {
-  GcReport report;
-  int64_t now = now_ms();
-  std::set<std::string> live;
-  auto act = [&](GcAction a, const std::function<void()>& fn) { run_gc_action(report.actions, dry_run, std::move(a), fn); };
-  auto recs = registry_.list();
-  auto unwanted_pooled = pool_.unwanted(recs);
-  for (auto& rec : recs) {
-    auto* info = find_driver(drivers_, rec.spec.driver);
-    if (!info) {
-      live.insert(rec.id);  // another build's sandbox: not ours to judge
-      continue;
-    }
-    auto driver = info->make(cfg_);
-    bool pooled = rec.state == SandboxState::pooled;
-    bool alive = false;
-    std::string reason = gc_reason(rec, *driver, now, unwanted_pooled, alive);
-    if (reason.empty()) {
-      live.insert(rec.id);
-      continue;
-    }
-    act({"sandbox", rec.id, reason, false, ""}, [&] {
-      Fd guard = registry_.lock(rec.id, true);
-      // Re-check under the lock: an exec may have begun since the listing.
-      if (alive && registry_.last_active_ms(rec.id) > rec.last_active_ms) throw Error(Errc::conflict, "used meanwhile; kept");
-      if (pooled) {
-        auto cur = registry_.find(rec.id);
-        if (cur && cur->state != SandboxState::pooled) throw Error(Errc::conflict, "claimed from the pool meanwhile; kept");
-      }
-      driver->destroy(rec, registry_.dir(rec.id));
-      forget(registry_, rec);
-    });
-    // Its resources are this sandbox's, not orphans (what a dry run must not report twice).
-    live.insert(rec.id);
-  }
-  for (auto& id : registry_.stray_dirs()) {
-    struct stat st {};
-    if (::stat(registry_.dir(id).c_str(), &st) == 0 && now - int64_t{st.st_mtim.tv_sec} * 1000 < kStrayGraceMs &&
-        !registry_.abandoned(id)) {
-      live.insert(id);
-      continue;
-    }
-    act({"stray_dir", registry_.dir(id), "a state directory without a record", false, ""}, [&] {
-      SandboxRecord ghost;
-      ghost.id = id;
-      for (auto& info : drivers_)
-        info.make(cfg_)->destroy(ghost, registry_.dir(id));
-      registry_.remove(id);
-    });
-    live.insert(id);
-  }
-  // A sandbox created since `recs` was read has its record by now (made before its cgroup,
-  // mounts or runsc container): read again, or the sweep takes it for an orphan and kills it.
-  for (auto& rec : registry_.list()) live.insert(rec.id);
-  for (auto& path : stale_snapshot_copies(cfg_.state_dir, now, kStrayGraceMs))
-    act({"snapshot_copy", path, "an unfinished snapshot copy (its snapshot was killed)", false, ""},
-        [&] { if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw sys_error("removing " + path, errno); });
-  for (auto& info : drivers_) {
-    auto driver = info.make(cfg_);
-    for (auto& what : driver->orphans(live))
-      act({"orphan", what, info.name + " resource with no sandbox", false, ""}, [&] { driver->reap_orphan(what); });
-  }
-  return report;
 }
 
 std::optional<FileEntry> LocalBackend::stat(const std::string& id, const std::string& path) {

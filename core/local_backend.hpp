@@ -114,6 +114,9 @@ class LocalBackend : public Backend {
 /// known driver, limits in range, network mode, absolute workdir, image directory.
 SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTable& drivers);
 
+/// The end of a sandbox's record, and of its claim on its image.
+void forget_record(Registry& registry, const SandboxRecord& rec);
+
 /// Throws usage for a background request that cannot be one: in a one-shot
 /// (its sandbox goes when the call returns) or with a timeout.
 void check_background_request(const ExecRequest& req, bool one_shot);
