@@ -18,3 +18,13 @@ cleanup() {
 trap cleanup EXIT
 
 mean_ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
+# One timed row: run LABEL JSON RUNS PREPARE COMMAND prints COMMAND's mean over RUNS
+# (hyperfine, PREPARE before each) and keeps hyperfine's JSON in JSON.
+run() {
+  hyperfine -N --warmup 2 --runs "$3" --prepare "$4" --export-json "$2" "$5" >/dev/null
+  printf '%-40s %9.2f ms\n' "$1" "$(mean_ms "$2")"
+}
+
+# The drivers to measure: subprocess always, runsc when `sbx doctor --driver runsc` passes (RUNSC=0 skips it).
+drivers=(subprocess)
+if [[ ${RUNSC:-1} != 0 ]] && "$SBX" doctor --driver runsc >/dev/null 2>&1; then drivers+=(runsc); fi

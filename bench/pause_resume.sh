@@ -11,24 +11,15 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-50}
 source bench/local_lib.sh
 
-run() { # label json prepare command -> prints the mean, returns it in $last
-  hyperfine -N --warmup 2 --runs "$RUNS" --prepare "$3" --export-json "$2" "$4" >/dev/null
-  last=$(mean_ms "$2")
-  printf '%-40s %9.2f ms\n' "$1" "$last"
-}
-
-drivers=(subprocess)
-if [[ ${RUNSC:-1} != 0 ]] && "$SBX" doctor --driver runsc >/dev/null 2>&1; then drivers+=(runsc); fi
-
 for d in "${drivers[@]}"; do
   id=$("$SBX" create --driver "$d")
   echo "== $d ($RUNS runs each)"
-  run "peer: sbx exec ID true" "$work/exec-$d.json" "true" "$SBX exec $id -- true"
-  exec_ms=$last
-  run "sbx pause (from running)" "$work/pause-$d.json" "$SBX resume $id" "$SBX pause $id"
-  pause_ms=$last
-  run "sbx resume (from paused)" "$work/resume-$d.json" "$SBX pause $id" "$SBX resume $id"
-  resume_ms=$last
+  run "peer: sbx exec ID true" "$work/exec-$d.json" "$RUNS" "true" "$SBX exec $id -- true"
+  exec_ms=$(mean_ms "$work/exec-$d.json")
+  run "sbx pause (from running)" "$work/pause-$d.json" "$RUNS" "$SBX resume $id" "$SBX pause $id"
+  pause_ms=$(mean_ms "$work/pause-$d.json")
+  run "sbx resume (from paused)" "$work/resume-$d.json" "$RUNS" "$SBX pause $id" "$SBX resume $id"
+  resume_ms=$(mean_ms "$work/resume-$d.json")
   python3 - "$exec_ms" "$pause_ms" "$resume_ms" "$d" <<'PY'
 import sys
 e, p, r, d = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]

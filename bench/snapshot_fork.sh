@@ -26,14 +26,6 @@ done
 if [[ -n \${2:-} ]]; then SBX_POOL=\$2=1 "$SBX" pool fill >/dev/null; fi
 END
 
-run() { # label json runs prepare command
-  hyperfine -N --warmup 1 --runs "$3" --prepare "$4" --export-json "$2" "$5" >/dev/null
-  printf '%-40s %9.2f ms\n' "$1" "$(mean_ms "$2")"
-}
-
-drivers=(subprocess)
-if [[ ${RUNSC:-1} != 0 ]] && "$SBX" doctor --driver runsc >/dev/null 2>&1; then drivers+=(runsc); fi
-
 for d in "${drivers[@]}"; do
   n=$RUNS
   [[ $d == runsc ]] && n=$RUNS_RUNSC
