@@ -33,8 +33,10 @@ void add_spec_flags(CLI::App* sub, SpecFlags& f) {
   sub->add_option("--network", f.network, "none or jail (default none)")->type_name("MODE");
   sub->add_option("--idle-timeout", f.idle_timeout, "collect after this long unused; 0 = never (default 10m)")
       ->type_name("DUR");
+  sub->add_option("--idle-action", f.idle_action, "at the idle timeout: pause or remove (default remove; pause if --persistent)")
+      ->type_name("ACTION");
   sub->add_option("--ttl", f.ttl, "collect this long after creation; 0 = never")->type_name("DUR");
-  sub->add_flag("--persistent", f.persistent, "never collected by idle or TTL gc");
+  sub->add_flag("--persistent", f.persistent, "never removed by idle or TTL gc (paused when idle)");
   // One value per occurrence: `-l a=1 ID` must not swallow the id as a second label.
   sub->add_option("-l,--label", f.labels, "label KEY=VALUE (repeatable)")->type_name("KEY=VALUE")->allow_extra_args(false);
   sub->add_option("--allow", f.allow, "with --network jail: reach only this network or domain (repeatable)")
@@ -94,6 +96,7 @@ SandboxSpec spec_from_flags(const SpecFlags& f) {
   s.idle_timeout_s = f.idle_timeout.empty() ? kUseDefault : whole_seconds(f.idle_timeout, "--idle-timeout");
   s.ttl_s = f.ttl.empty() ? kUseDefault : whole_seconds(f.ttl, "--ttl");
   s.persistent = f.persistent;
+  s.idle_action = f.idle_action;
   s.env = parse_key_values(f.env, "--env");
   s.labels = parse_key_values(f.labels, "--label");
   s.workdir = f.workdir;
@@ -268,9 +271,12 @@ int print_gc_report(const std::vector<PlacedGcAction>& actions, bool dry_run, bo
     if (!where.empty()) j["where"] = where;
     arr.push_back(std::move(j));
     if (json) continue;
-    const char* verb = dry_run ? "would remove" : a.done ? "removed" : "failed to remove";
+    bool pause = a.kind == "pause";  // an idle sandbox whose idle action is pause
+    const char* verb = dry_run ? (pause ? "would pause" : "would remove")
+                       : a.done ? (pause ? "paused" : "removed")
+                                : (pause ? "failed to pause" : "failed to remove");
     std::string place = where.empty() || where == "local" ? "" : " on " + where;
-    std::printf("%s %s %s%s: %s%s%s\n", verb, a.kind.c_str(), a.target.c_str(), place.c_str(), a.reason.c_str(),
+    std::printf("%s %s %s%s: %s%s%s\n", verb, pause ? "sandbox" : a.kind.c_str(), a.target.c_str(), place.c_str(), a.reason.c_str(),
                 a.error.empty() ? "" : " — ", a.error.c_str());
   }
   if (json) std::printf("%s\n", nlohmann::json{{"dry_run", dry_run}, {"actions", arr}}.dump(2).c_str());

@@ -31,7 +31,7 @@ struct Outcome {
 
 /// Flags describing a new sandbox (create, and exec --rm).
 struct SpecFlags {
-  std::string name, driver, image, memory, pids, cpus, disk, network, idle_timeout, ttl, workdir, from;
+  std::string name, driver, image, memory, pids, cpus, disk, network, idle_timeout, idle_action, ttl, workdir, from;
   bool persistent = false;
   std::vector<std::string> env, labels;
   std::vector<std::string> allow;

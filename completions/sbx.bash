@@ -8,7 +8,7 @@ _sbx_networks="none jail"
 _sbx_log_formats="plain json"
 _sbx_global_opts="--config --state-dir -h --help"
 _sbx_create_opts="--name --driver --image --memory --pids --cpus --disk --network
-    --idle-timeout --ttl --persistent -e --env -l --label -w --workdir --allow --from"
+    --idle-timeout --idle-action --ttl --persistent -e --env -l --label -w --workdir --allow --from"
 
 # Names of stored images, and `host`; honours --config/--state-dir already on the line.
 _sbx_images()
@@ -69,7 +69,7 @@ _sbx()
             --) dashdash=1 ;;
             --rm) rm_flag=1 ;;
             --name | --driver | --image | --memory | --pids | --cpus | --disk | \
-            --network | --idle-timeout | --ttl | -e | --env | -l | --label | \
+            --network | --idle-timeout | --idle-action | --ttl | -e | --env | -l | --label | \
             -w | --workdir | --timeout | --max-size | --filter | --listen | \
             --tls-cert | --tls-key | --log-format | --api-key-file | --allow | \
             --packages | --suite | --file | --ref | --tail | --signal)

@@ -47,7 +47,7 @@ function __sbx_args
         end
         switch $t
             case --config --state-dir --name --driver --image --memory --pids --cpus --disk --network \
-                --idle-timeout --ttl -e --env -l --label -w --workdir --timeout --max-size --filter \
+                --idle-timeout --idle-action --ttl -e --env -l --label -w --workdir --timeout --max-size --filter \
                 --listen --tls-cert --tls-key --log-format --api-key-file --allow --packages --suite \
                 --file --ref
                 set skip 1
@@ -139,7 +139,8 @@ complete -c sbx -n '__fish_seen_subcommand_from create' -l from -x -d 'Start wit
 complete -c sbx -n $c -l allow -x -d 'With --network jail: reach only this network or domain (CIDR|DOMAIN)'
 complete -c sbx -n $c -l idle-timeout -x -d 'Collect after this long idle; 0 = never (default 10m)'
 complete -c sbx -n $c -l ttl -x -d 'Collect this long after creation; 0 = never (default 0)'
-complete -c sbx -n $c -l persistent -d 'Never collected by idle or TTL gc'
+complete -c sbx -n $c -l idle-action -x -a 'pause remove' -d 'At the idle timeout (default remove; pause if persistent)'
+complete -c sbx -n $c -l persistent -d 'Never removed by idle or TTL gc (paused when idle)'
 complete -c sbx -n $c -s e -l env -x -d 'Environment variable KEY=VALUE'
 complete -c sbx -n $c -s l -l label -x -d 'Label KEY=VALUE'
 complete -c sbx -n $c -s w -l workdir -x -d 'Working directory (default /work)'

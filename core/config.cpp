@@ -33,7 +33,7 @@ const std::vector<std::string> kTopKeys = {
     "use_remote_sandbox", "remote_sandbox_backend", "local_sandbox_backend", "sandbox_manager_url",
     "admin_api_key",      "admin_api_key_file",     "state_dir",             "uid_base",
     "cp_max_size",        "defaults",               "server",                "pool",
-    "network",            "images"};
+    "network",            "images",                 "on_paused"};
 const std::vector<std::string> kDefaultsKeys = {"memory", "pids", "cpus", "disk",
                                                 "network", "idle_timeout", "ttl", "image"};
 const std::vector<std::string> kImagesKeys = {"dir", "apt_cache"};
@@ -388,7 +388,7 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
   c.config_file = yaml_text ? file_name : std::string();
   for (const char* k : {"use_remote_sandbox", "remote_sandbox_backend", "local_sandbox_backend",
                         "sandbox_manager_url", "admin_api_key", "state_dir", "driver", "config_file",
-                        "uid_base", "cp_max_size", "defaults.memory", "defaults.pids", "defaults.cpus",
+                        "uid_base", "cp_max_size", "on_paused", "defaults.memory", "defaults.pids", "defaults.cpus",
                         "defaults.disk", "defaults.network", "defaults.idle_timeout", "defaults.ttl", "defaults.image", "network.pool",
                         "network.dns"})
     c.origin[k] = "default";
@@ -449,6 +449,10 @@ Config resolve(const ConfigInputs& in, const std::string* yaml_text, const std::
   if (auto s = r.from_file("cp_max_size")) {
     c.cp_max_bytes = with_context(s->label, [&] { return parse_size(s->text); });
     c.origin["cp_max_size"] = s->origin;
+  }
+  if (auto s = r.from_file("on_paused")) {
+    c.refuse_paused = choose(*s, "use of a paused sandbox", {"resume", "refuse"}) == "refuse";
+    c.origin["on_paused"] = s->origin;
   }
   set_defaults(c, r);
   set_image_dirs(c, in, r);

@@ -75,6 +75,9 @@ struct Config {
 
   uint32_t uid_base = 1u << 30;           ///< first host uid of sandbox id ranges (65536 ids each)
   uint64_t cp_max_bytes = 1ull << 30;     ///< cap on one `sbx cp` transfer
+  /// on_paused: refuse: an exec, cp, process call or port-forward on a paused
+  /// sandbox fails (conflict, 409) instead of resuming it first.
+  bool refuse_paused = false;
 
   ServerConfig server;                    ///< sbx serve's settings
 

@@ -71,6 +71,12 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
   if (l.disk_mb < 1) throw Error(Errc::invalid_argument, "disk limit must be at least 1M");
   if (spec.idle_timeout_s == kUseDefault) spec.idle_timeout_s = cfg.default_idle_timeout_s;
   if (spec.ttl_s == kUseDefault) spec.ttl_s = cfg.default_ttl_s;
+  if (spec.idle_action.empty()) spec.idle_action = spec.persistent ? "pause" : "remove";
+  if (spec.idle_action != "pause" && spec.idle_action != "remove")
+    throw Error(Errc::invalid_argument, "unknown idle action '" + spec.idle_action + "'").set_hint("actions: pause, remove");
+  if (spec.persistent && spec.idle_action == "remove")
+    throw Error(Errc::invalid_argument, "a persistent sandbox is never removed by gc, so it cannot have the idle action remove")
+        .set_hint("leave out --idle-action (a persistent sandbox is paused when idle), or --persistent");
   if (spec.network.empty()) spec.network = cfg.default_network;
   if (spec.network != "none" && spec.network != "jail")
     throw Error(Errc::invalid_argument, "unknown network mode '" + spec.network + "'").set_hint("modes: none, jail");

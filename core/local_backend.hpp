@@ -94,9 +94,14 @@ class LocalBackend : public Backend {
                           const OneShotClient& one_shot = {});
   /// Waits until the just-started sandbox's agent answers (or it died, or the time ran out).
   void wait_ready(SandboxRecord& rec, Driver& driver, const std::string& dir, const Progress& progress);
-  /// Why gc should remove rec (empty: keep it); `alive` says whether its agent runs.
-  std::string gc_reason(const SandboxRecord& rec, Driver& driver, int64_t now,
-                        const std::map<std::string, std::string>& unwanted_pooled, bool& alive);
+  /// What gc does with a sandbox: nothing (empty reason), remove it, or pause it (idle, idle action pause).
+  struct GcVerdict {
+    std::string reason;
+    bool pause = false;
+    bool alive = false;  ///< its agent runs
+  };
+  GcVerdict gc_verdict(const SandboxRecord& rec, Driver& driver, int64_t now,
+                       const std::map<std::string, std::string>& unwanted_pooled);
   /// Runs `f(agent)` on a running sandbox's agent for its background
   /// processes; an unknown pid's error names the way to list them.
   template <class F>

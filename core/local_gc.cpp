@@ -22,36 +22,45 @@ namespace {
 constexpr int64_t kStrayGraceMs = 120'000;
 }  // namespace
 
-std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, int64_t now,
-                                    const std::map<std::string, std::string>& unwanted_pooled, bool& alive) {
+LocalBackend::GcVerdict LocalBackend::gc_verdict(const SandboxRecord& rec, Driver& driver, int64_t now,
+                                                const std::map<std::string, std::string>& unwanted_pooled) {
   bool pooled = rec.state == SandboxState::pooled;
   bool paused = rec.state == SandboxState::paused;
-  alive = has_agent(rec.state) && driver.alive(rec);
+  GcVerdict v;
+  v.alive = has_agent(rec.state) && driver.alive(rec);
+  auto remove = [&](std::string why) {
+    v.reason = std::move(why);
+    return v;
+  };
   // A one-shot lives only as long as its client (a killed `sbx exec --rm`);
   // a client in another pid namespace cannot be judged from here.
   const OneShotClient& client = rec.one_shot;
   if (client.pid && client.pid_ns == proc::pid_namespace() && !proc::alive(client.pid, client.start))
-    return "one-shot client (pid " + std::to_string(client.pid) + ") is gone";
+    return remove("one-shot client (pid " + std::to_string(client.pid) + ") is gone");
   if (rec.state == SandboxState::creating) {
     // Its creator held the lock from the start: free, the creator is gone (a crash, a SIGKILL).
-    if (registry_.abandoned(rec.id)) return "its creator died while creating it";
-    if (now - rec.created_ms < kStrayGraceMs) return "";
+    if (registry_.abandoned(rec.id)) return remove("its creator died while creating it");
+    if (now - rec.created_ms < kStrayGraceMs) return v;
   }
   // A persistent sandbox's disk outlives its agent (a host reboot): it waits, dead, for `sbx start` or `sbx rm`.
-  if (!alive && rec.spec.persistent && (rec.state != SandboxState::creating && rec.state != SandboxState::failed && !pooled)) return "";
-  if (!alive) return has_agent(rec.state) ? "its agent is gone" : std::string(state_name(rec.state));
+  if (!v.alive && rec.spec.persistent && (rec.state != SandboxState::creating && rec.state != SandboxState::failed && !pooled)) return v;
+  if (!v.alive) return remove(has_agent(rec.state) ? "its agent is gone" : std::string(state_name(rec.state)));
   if (pooled) {
     // Waiting in the warm pool is not idleness: only the pool's own rules remove it.
     auto it = unwanted_pooled.find(rec.id);
-    return it == unwanted_pooled.end() ? "" : it->second;
+    return it == unwanted_pooled.end() ? v : remove(it->second);
   }
-  if (rec.spec.persistent) return "";
   uint64_t age_s = static_cast<uint64_t>(now - rec.created_ms) / 1000;
   uint64_t idle_ms = static_cast<uint64_t>(now - std::max(rec.last_active_ms, rec.created_ms));
-  if (rec.spec.ttl_s && age_s >= rec.spec.ttl_s) return "past its TTL of " + format_duration_ms(rec.spec.ttl_s * 1000);
-  if (!rec.spec.idle_timeout_s || idle_ms < rec.spec.idle_timeout_s * 1000) return "";
+  if (!rec.spec.persistent && rec.spec.ttl_s && age_s >= rec.spec.ttl_s)
+    return remove("past its TTL of " + format_duration_ms(rec.spec.ttl_s * 1000));
+  bool pause_it = pauses_when_idle(rec.spec);
+  // Its idle action is done: it stays paused until resumed or removed.
+  if (paused && pause_it) return v;
+  if (!rec.spec.idle_timeout_s || idle_ms < rec.spec.idle_timeout_s * 1000) return v;
+  std::string timeout = " (timeout " + format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
   // Nothing runs in a paused sandbox (and its frozen agent answers no ping): idle since its last use.
-  if (paused) return "paused and idle for " + format_duration_ms(idle_ms) + " (timeout " + format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
+  if (paused) return remove("paused and idle for " + format_duration_ms(idle_ms) + timeout);
   // A long-running command (or background process) is not idleness, and
   // idleness starts when the last background process ended: ask the agent.
   nlohmann::json ping;
@@ -59,10 +68,11 @@ std::string LocalBackend::gc_reason(const SandboxRecord& rec, Driver& driver, in
     ping = AgentClient(driver.connect(rec, registry_.dir(rec.id))).ping();
   } catch (const Error&) {
   }
-  if (ping.value("running", 0)) return "";
+  if (ping.value("running", 0)) return v;
   if (auto quiet = ping.value("quiet_ms", int64_t{-1}); quiet >= 0) idle_ms = std::min(idle_ms, static_cast<uint64_t>(quiet));
-  if (idle_ms < rec.spec.idle_timeout_s * 1000) return "";
-  return "idle for " + format_duration_ms(idle_ms) + " (timeout " + format_duration_ms(rec.spec.idle_timeout_s * 1000) + ")";
+  if (idle_ms < rec.spec.idle_timeout_s * 1000) return v;
+  v.pause = pause_it;
+  return remove("idle for " + format_duration_ms(idle_ms) + timeout);
 }
 
 GcReport LocalBackend::gc(bool dry_run) {
@@ -80,16 +90,22 @@ GcReport LocalBackend::gc(bool dry_run) {
     }
     auto driver = info->make(cfg_);
     bool pooled = rec.state == SandboxState::pooled;
-    bool alive = false;
-    std::string reason = gc_reason(rec, *driver, now, unwanted_pooled, alive);
-    if (reason.empty()) {
-      live.insert(rec.id);
+    GcVerdict verdict = gc_verdict(rec, *driver, now, unwanted_pooled);
+    live.insert(rec.id);  // kept, paused or removed here: its resources are not orphans
+    if (verdict.reason.empty()) continue;
+    auto used_meanwhile = [&] { return verdict.alive && registry_.last_active_ms(rec.id) > rec.last_active_ms; };
+    if (verdict.pause) {
+      // pause() takes the sandbox's lock itself; an exec that slips in after this check is resumed by it.
+      act({"pause", rec.id, verdict.reason, false, ""}, [&] {
+        if (used_meanwhile()) throw Error(Errc::conflict, "used meanwhile; kept running");
+        pause(rec.id);
+      });
       continue;
     }
-    act({"sandbox", rec.id, reason, false, ""}, [&] {
+    act({"sandbox", rec.id, verdict.reason, false, ""}, [&] {
       Fd guard = registry_.lock(rec.id, true);
       // Re-check under the lock: an exec may have begun since the listing.
-      if (alive && registry_.last_active_ms(rec.id) > rec.last_active_ms) throw Error(Errc::conflict, "used meanwhile; kept");
+      if (used_meanwhile()) throw Error(Errc::conflict, "used meanwhile; kept");
       if (pooled) {
         auto cur = registry_.find(rec.id);
         if (cur && cur->state != SandboxState::pooled) throw Error(Errc::conflict, "claimed from the pool meanwhile; kept");
@@ -97,8 +113,6 @@ GcReport LocalBackend::gc(bool dry_run) {
       driver->destroy(rec, registry_.dir(rec.id));
       forget_record(registry_, rec);
     });
-    // Its resources are this sandbox's, not orphans (what a dry run must not report twice).
-    live.insert(rec.id);
   }
   for (auto& id : registry_.stray_dirs()) {
     struct stat st {};

@@ -1,7 +1,8 @@
 // LocalBackend's pause and resume (`sbx pause`, `sbx resume`): the driver
 // stops or continues every process of a sandbox, and the record says so.
 // Whatever needs the sandbox's agent (exec, cp, ps, port-forward) resumes a
-// paused sandbox first: a frozen agent would answer nothing.
+// paused sandbox first, since a frozen agent would answer nothing, unless the
+// config says `on_paused: refuse` (then it is a conflict: 409 through the API).
 #include "core/local_backend.hpp"
 
 namespace sbx {
@@ -42,6 +43,9 @@ SandboxRecord LocalBackend::resume(const std::string& id) { return set_paused(id
 
 void LocalBackend::resume_if_paused(SandboxRecord& rec) {
   if (rec.state != SandboxState::paused) return;
+  if (cfg_.refuse_paused)
+    throw Error(Errc::conflict, "sandbox " + rec.id + " is paused")
+        .set_hint("resume it first with `sbx resume " + rec.id + "` (on_paused: refuse in the config stops sbx doing it for you)");
   // Under no other lock of this sandbox: resume takes the exclusive one.
   rec = resume(rec.id);
 }

@@ -83,10 +83,11 @@ void to_json(json& j, const SandboxSpec& s) {
            {"allow", s.allow}};
   // Only when set: most specs have none, and older readers reject unknown fields.
   if (!s.from_snapshot.empty()) j["from_snapshot"] = s.from_snapshot;
+  if (!s.idle_action.empty()) j["idle_action"] = s.idle_action;
 }
 void from_json(const json& j, SandboxSpec& s) {
   reject_unknown_fields(j, {"name", "driver", "image", "limits", "network", "idle_timeout_s", "ttl_s", "persistent",
-                            "env", "labels", "workdir", "allow", "from_snapshot"},
+                            "env", "labels", "workdir", "allow", "from_snapshot", "idle_action"},
                         "sandbox spec");
   opt(j, "name", s.name);  // absent from records written before names existed
   opt(j, "driver", s.driver);
@@ -101,6 +102,7 @@ void from_json(const json& j, SandboxSpec& s) {
   opt(j, "workdir", s.workdir);
   opt(j, "allow", s.allow);
   opt(j, "from_snapshot", s.from_snapshot);
+  opt(j, "idle_action", s.idle_action);
 }
 
 void to_json(json& j, const SandboxRecord& r) {

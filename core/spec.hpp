@@ -40,13 +40,21 @@ struct SandboxSpec {
   std::string network = "none";             ///< "none" or "jail"
   uint64_t idle_timeout_s = kUseDefault;    ///< gc after this long without an exec; 0 = never
   uint64_t ttl_s = kUseDefault;             ///< gc this long after creation; 0 = never
-  bool persistent = false;                  ///< never collected by idle/TTL gc
+  bool persistent = false;                  ///< never removed by idle/TTL gc
+  /// What idle gc does at the idle timeout: "pause" or "remove"; empty: pause
+  /// if persistent, else remove (normalize_spec fills it in).
+  std::string idle_action;
   std::map<std::string, std::string> env;   ///< default environment of every exec
   std::map<std::string, std::string> labels;
   std::string workdir = "/work";            ///< default cwd of every exec, created at start
   std::string from_snapshot;                ///< snapshot whose files the sandbox starts with (create --from); empty = none
   std::vector<std::string> allow;           ///< network jail allowlist (a.b.c.d/n or domain names); empty = any public destination
 };
+
+/// The idle action a spec asks for, its default filled in (records written before it existed have none).
+inline bool pauses_when_idle(const SandboxSpec& s) {
+  return s.idle_action.empty() ? s.persistent : s.idle_action == "pause";
+}
 
 /// pooled: started by the warm pool (core/pool.hpp), ready and not yet handed to anyone.
 enum class SandboxState { creating, running, dead, failed, pooled, paused };

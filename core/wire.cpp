@@ -113,6 +113,7 @@ json spec_request_json(const SandboxSpec& spec) {
   if (spec.idle_timeout_s != kUseDefault) j["idle_timeout_s"] = spec.idle_timeout_s;
   if (spec.ttl_s != kUseDefault) j["ttl_s"] = spec.ttl_s;
   if (spec.persistent) j["persistent"] = true;
+  if (!spec.idle_action.empty()) j["idle_action"] = spec.idle_action;
   if (!spec.env.empty()) j["env"] = spec.env;
   if (!spec.labels.empty()) j["labels"] = spec.labels;
   if (!spec.workdir.empty()) j["workdir"] = spec.workdir;

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import wait_until
-from manager_fixtures import manager, manager_root, module_managers  # noqa: F401
+from manager_fixtures import manager, manager_root, managers, module_managers  # noqa: F401
 
 BUSYBOX_DRIVERS = ("subprocess", "runsc", "microvm", "remote")
 
@@ -175,3 +175,95 @@ def test_gc_removes_a_paused_idle_sandbox_but_keeps_persistent_and_fresh_ones(gc
         assert states.get(kept) == "paused" and states.get(fresh) == "paused", states
     finally:
         gc_sbx.remove(idle, kept, fresh)
+
+
+@pytest.mark.only_drivers("subprocess", "runsc")
+def test_idle_action_pause_pauses_an_idle_sandbox_and_keeps_its_files(gc_sbx, driver):
+    paused = gc_sbx.create("--idle-timeout", "1s", "--idle-action", "pause", driver=driver)
+    persistent = gc_sbx.create("--idle-timeout", "1s", "--persistent", driver=driver)  # pause by default
+    removed = gc_sbx.create("--idle-timeout", "1s", driver=driver)  # ephemeral: remove by default
+    try:
+        for sid in (paused, persistent):
+            gc_sbx.sh(sid, "echo kept > /tmp/f").ok()
+        time.sleep(1.5)
+        r = gc_sbx.run("gc").ok()
+        for sid in (paused, persistent):
+            assert f"paused sandbox {sid}: idle for" in r.out, r
+        assert f"removed sandbox {removed}: idle for" in r.out, r
+        states = {x["id"]: x["state"] for x in gc_sbx.ls()}
+        assert states.get(paused) == "paused" and states.get(persistent) == "paused", states
+        assert removed not in states
+        # Its idle action done, gc leaves it paused, however long it stays idle.
+        time.sleep(1.2)
+        report = json.loads(gc_sbx.run("gc", "--json").ok().out)
+        assert not [a for a in report["actions"] if a["target"] in (paused, persistent)], report
+        # Used again: resumed, with its files; and idle again, paused again.
+        assert gc_sbx.exec(paused, "cat", "/tmp/f").ok().out == "kept\n"
+        assert _state(gc_sbx, paused) == "running"
+        time.sleep(1.5)
+        report = json.loads(gc_sbx.run("gc", "--json").ok().out)
+        acts = [a for a in report["actions"] if a["target"] == paused]
+        assert acts and acts[0]["kind"] == "pause" and acts[0]["done"], report
+    finally:
+        gc_sbx.remove(paused, persistent, removed)
+
+
+@pytest.mark.only_drivers("subprocess")
+def test_idle_action_pause_waits_for_a_running_background_process(gc_sbx, driver):
+    sid = gc_sbx.create("--idle-timeout", "1s", "--idle-action", "pause", driver=driver)
+    try:
+        gc_sbx.run("exec", "-d", sid, "--", "sleep", "30").ok()
+        time.sleep(1.5)
+        report = json.loads(gc_sbx.run("gc", "--json").ok().out)
+        assert not [a for a in report["actions"] if a["target"] == sid], report
+        assert _state(gc_sbx, sid) == "running"
+    finally:
+        gc_sbx.remove(sid)
+
+
+@pytest.mark.only_drivers("subprocess")
+def test_idle_action_is_checked(sbx, driver):
+    r = sbx.run("create", "--driver", driver, "--idle-action", "sleep")
+    assert r.rc != 0 and "unknown idle action 'sleep'" in r.err and "pause, remove" in r.err, r
+    r = sbx.run("create", "--driver", driver, "--persistent", "--idle-action", "remove")
+    assert r.rc != 0 and "never removed by gc" in r.err and "hint:" in r.err, r
+    assert not [x for x in sbx.ls() if x["state"] == "creating"]
+
+
+@pytest.mark.only_drivers("subprocess")
+def test_on_paused_refuse_makes_use_of_a_paused_sandbox_a_conflict(sbx, make_sandbox, driver, tmp_path, managers):
+    from conftest import Sbx
+    conf = tmp_path / "refuse.yaml"
+    conf.write_text("on_paused: refuse\n")
+    strict = Sbx(sbx.state_dir, str(conf), label="strict")
+    sid = make_sandbox(driver=driver)
+    strict.run("pause", sid).ok()
+    for argv in (["exec", sid, "--", "true"], ["ps", sid], ["cp", f"{sid}:/etc/hostname", str(tmp_path / "h")]):
+        r = strict.run(*argv)
+        assert r.rc != 0 and f"sandbox {sid} is paused" in r.err and f"sbx resume {sid}" in r.err, (argv, r)
+    assert _state(sbx, sid) == "paused", "a refused call must not resume it"
+    strict.run("resume", sid).ok()
+    assert strict.exec(sid, "true").ok()
+    # Through a manager so configured: 409, and the sandbox stays paused.
+    m = managers.new("refuse", config_text="on_paused: refuse\n")
+    msid = m.create()["id"]
+    try:
+        assert m.request("POST", f"/v1/sandboxes/{msid}/pause").status == 200
+        r = m.request("POST", f"/v1/sandboxes/{msid}/exec", {"cmd": ["true"]})
+        assert r.status == 409 and "is paused" in r.text, r
+        assert m.request("GET", f"/v1/sandboxes/{msid}").json()["state"] == "paused"
+    finally:
+        m.delete(msid)
+
+
+@pytest.mark.only_drivers("subprocess")
+def test_manager_reaper_pauses_an_idle_sandbox_whose_idle_action_is_pause(managers, driver):
+    m = managers.new("idle", config_text="server:\n  reap_interval: 1s\n")
+    sid = m.create({"idle_timeout_s": 1, "idle_action": "pause"})["id"]
+    try:
+        wait_until(lambda: m.request("GET", f"/v1/sandboxes/{sid}").json()["state"] == "paused", timeout=20)
+        assert m.request("GET", f"/v1/sandboxes/{sid}").json()["spec"]["idle_action"] == "pause"
+        out = m.exec(sid, ["echo", "back"])
+        assert "back" in json.dumps(out), out
+    finally:
+        m.delete(sid)
