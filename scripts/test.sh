@@ -51,7 +51,7 @@ fi
 logs=$(mktemp -d /tmp/sbx-lanes.XXXXXX)
 run_lane() {  # name drivers run-driverless
   SBX_TEST_LANE=$1 SBX_TEST_DRIVERS=$2 SBX_TEST_DRIVERLESS=$3 \
-    /usr/bin/python3 -m pytest -q -rs tests/integration --ignore=tests/integration/test_manager_image.py \
+    /usr/bin/python3 -m pytest -q -rs --durations=20 tests/integration --ignore=tests/integration/test_manager_image.py \
     --ignore=tests/integration/test_deb.py
 }
 # Lane vm then builds the manager's container image of this commit and runs
@@ -60,10 +60,10 @@ run_lane() {  # name drivers run-driverless
 vm_lane() {
   local rc=0
   run_lane vm microvm 0 || rc=$?
-  echo "== the manager image: conformance against the container"
+  echo "== the manager image: conformance against the container ($((SECONDS - start)) s into the lanes)"
   scripts/ci-manager-image.sh || rc=$?
   SBX_TEST_LANE=image /usr/bin/python3 -m pytest -q -rs tests/integration/test_manager_image.py || rc=$?
-  echo "== the Debian package: installed into a clean Debian 12 root"
+  echo "== the Debian package: installed into a clean Debian 12 root ($((SECONDS - start)) s into the lanes)"
   SBX_TEST_LANE=deb /usr/bin/python3 -m pytest -q -rs tests/integration/test_deb.py || rc=$?
   return "$rc"
 }

@@ -30,6 +30,8 @@ suite checks that nothing leaked (cgroups, mounts, state directories).
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -581,6 +583,33 @@ def remote_manager(session_root):
     subprocess.run([SBX_BIN, "--state-dir", state, "rm", "--all"], env=env, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=120)
     log.close()
+
+
+# The jails' DNS forwarder is one per host, started by any jail that names a
+# domain: the tests that kill it or wait for it to stop must not see a jail of
+# the other CI lane (or another suite on the host) start it again meanwhile.
+# Every test jail that names a domain holds this lock shared; those tests, exclusive.
+FORWARDER_TEST_LOCK = "/run/sbx-tests-dns-forwarder.lock"
+_forwarder_exclusive = False
+
+
+@contextlib.contextmanager
+def forwarder_lock(exclusive: bool = False):
+    """Shared: a domain-naming jail may start the forwarder. Exclusive: no other may meanwhile.
+    Inside an exclusive hold of this process, a shared request is already satisfied."""
+    global _forwarder_exclusive
+    if _forwarder_exclusive and not exclusive:
+        yield
+        return
+    fd = os.open(FORWARDER_TEST_LOCK, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        _forwarder_exclusive = exclusive
+        yield
+    finally:
+        if exclusive:
+            _forwarder_exclusive = False
+        os.close(fd)
 
 
 @pytest.fixture(scope="session")

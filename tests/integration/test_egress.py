@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from conftest import ID_RE, NETJAIL_RUN_DIR, jail_traces, require_listed_driver, wait_until
+from conftest import ID_RE, NETJAIL_RUN_DIR, forwarder_lock, jail_traces, require_listed_driver, wait_until
 from test_network import (PUBLIC_A, PUBLIC_B, WORLD_DNS, WORLD_PORT, jailed, net_driver, net_sbx,  # noqa: F401 (fixtures)
                           probe, resolve, vm_probe, vm_resolve, world)
 
@@ -71,6 +71,11 @@ def forwarder_pid() -> int:
 
 
 def test_forwarder_down_fails_closed_and_gc_brings_it_back(world, net_sbx, jailed):
+    with forwarder_lock(exclusive=True):
+        forwarder_down_fails_closed(world, net_sbx, jailed)
+
+
+def forwarder_down_fails_closed(world, net_sbx, jailed):
     world.set_flip(PUBLIC_A, 30)
     sid = jailed("--allow", "flip.test")
     assert resolve(net_sbx, sid, "flip.test") == PUBLIC_A
@@ -93,6 +98,11 @@ def test_forwarder_down_fails_closed_and_gc_brings_it_back(world, net_sbx, jaile
 
 
 def test_forwarder_stops_with_the_last_jail_that_names_a_domain(world, net_sbx, jailed):
+    with forwarder_lock(exclusive=True):
+        forwarder_stops_with_the_last_jail(net_sbx, jailed)
+
+
+def forwarder_stops_with_the_last_jail(net_sbx, jailed):
     sid = jailed("--allow", "public-a.test")
     pid = forwarder_pid()
     assert pid and os.path.exists(f"/proc/{pid}")
@@ -105,16 +115,17 @@ def test_microvm_egress_by_name(world, net_sbx):
     # The guest's DNS goes through its tap to the same forwarder: only the
     # allowed name and its CNAME chain resolve, and only what they resolved to opens.
     require_listed_driver(net_sbx, "microvm")
-    r = net_sbx.run("create", "--driver", "microvm", "--image", "host", "--network", "jail", "--allow", "alias.test",
-                    env={"SBX_NET_DNS": WORLD_DNS}, timeout=120)
-    sid = r.out.strip()
-    if ID_RE.match(sid):
-        net_sbx.created.append(sid)
-    assert r.rc == 0, f"create failed: {r!r}"
-    try:
-        vm_egress_by_name(net_sbx, sid)
-    finally:
-        net_sbx.remove(sid)
+    with forwarder_lock():
+        r = net_sbx.run("create", "--driver", "microvm", "--image", "host", "--network", "jail", "--allow", "alias.test",
+                        env={"SBX_NET_DNS": WORLD_DNS}, timeout=120)
+        sid = r.out.strip()
+        if ID_RE.match(sid):
+            net_sbx.created.append(sid)
+        assert r.rc == 0, f"create failed: {r!r}"
+        try:
+            vm_egress_by_name(net_sbx, sid)
+        finally:
+            net_sbx.remove(sid)
 
 
 def vm_egress_by_name(net_sbx, sid: str):

@@ -16,6 +16,8 @@ and IPv6 do not; from `--network none` nothing answers.  Both drivers.
 """
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 import secrets
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ID_RE, Sbx, create_in_parallel, driver_problem, jail_traces, require_listed_driver,
+from conftest import (ID_RE, Sbx, create_in_parallel, driver_problem, forwarder_lock, jail_traces, require_listed_driver,
                       skip_or_fail, wait_until)
 
 NET_DRIVERS = ("subprocess", "runsc")
@@ -286,12 +288,24 @@ def net_driver(request, net_sbx) -> str:
     return request.param
 
 
+def _is_network(entry: str) -> bool:
+    try:
+        ipaddress.ip_network(entry, strict=False)
+        return True
+    except ValueError:
+        return False
+
+
 @pytest.fixture
 def jailed(net_sbx, net_driver):
     """Factory: jailed(*create_flags) -> id, created with the world's DNS; all removed afterwards."""
     made = []
+    holds = contextlib.ExitStack()
 
     def make(*flags, network="jail"):
+        # A domain in the allowlist starts the host-wide DNS forwarder (see forwarder_lock).
+        if any(a == "--allow" and not _is_network(b) for a, b in zip(flags, flags[1:])):
+            holds.enter_context(forwarder_lock())
         r = net_sbx.run("create", "--driver", net_driver, "--network", network, *flags,
                         env={"SBX_NET_DNS": WORLD_DNS})
         sid = r.out.strip()
@@ -301,9 +315,10 @@ def jailed(net_sbx, net_driver):
         assert r.rc == 0, f"create failed: {r!r}"
         return sid
 
-    yield make
-    for sid in made:
-        net_sbx.remove(sid)
+    with holds:
+        yield make
+        for sid in made:
+            net_sbx.remove(sid)
 
 
 def probe(sbx: Sbx, sid: str, targets: list[str]) -> dict[str, str]:

@@ -75,7 +75,9 @@ def test_a_leftover_in_a_session_of_its_own_ends_too(sbx, sandbox, driver, reque
 def test_a_fork_bomb_is_gone_when_its_exec_returns(sbx, make_sandbox, driver):
     sid = make_sandbox("--pids", PIDS_CAP, driver=driver)
     r = sbx.sh(sid, BOMB, timeout=60)
-    assert r.rc == 0, r
+    # dash forks each side of the background pipeline itself: when the left one's bomb fills the
+    # cap before the second fork (a loaded host), the shell says so and exits 2. Either way it returns.
+    assert r.rc == 0 or (r.rc == 2 and "Cannot fork" in r.err), r
     results = [sbx.exec(sid, "true") for _ in range(6)]
     failed = [r for r in results if r.rc != 0]
     assert not failed, f"{len(failed)} of 6 execs failed after the bomb's exec returned: {failed[0]!r}"
