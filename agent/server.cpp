@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "agent/files.hpp"
+#include "agent/out_queue.hpp"
 #include "agent/procs.hpp"
 #include "agent/clock.hpp"
 #include "agent/pty.hpp"
@@ -32,20 +33,14 @@ namespace proto = sbx::proto;
 
 namespace {
 
-// Output to one host is queued and written as the socket takes it: a host
-// that stops reading holds back only its own commands (their pipes fill and
-// they block), never the loop that serves every other host.
-constexpr size_t kHighWater = 1 << 20;
-
 struct Conn {
   Fd fd;
   proto::Decoder dec;
   std::map<uint32_t, Upload> uploads;
   std::map<uint32_t, Fd> reads;  // files being sent, a chunk at a time
-  std::string out;               // queued frames
-  size_t out_off = 0;
+  OutQueue out;  // a host that stops reading holds back only its own commands (their pipes fill)
   bool dead = false;
-  bool congested() const { return out.size() - out_off >= kHighWater; }
+  bool congested() const { return out.congested(); }
 };
 
 struct Exec {
@@ -84,10 +79,11 @@ class Server {
                                   return it != conns_.end() && it->second->congested();
                                 }}),
         tcp_({[this](int fd, std::string_view head, std::string_view body) { send_parts(fd, head, body); },
-                        [this](int fd) {
-                          auto it = conns_.find(fd);
-                          return it == conns_.end() || it->second->congested();
-                        }}) {}
+              [this](int fd) {
+                auto it = conns_.find(fd);
+                return it == conns_.end() || it->second->congested();
+              },
+              [this](int fd, uint32_t ch, int sock) { return splice_frame(fd, ch, sock); }}) {}
   int run();
 
  private:
@@ -106,7 +102,8 @@ class Server {
   void drop_conn(int fd);
   void send(int conn_fd, const std::string& frame) { send_parts(conn_fd, frame, {}); }
   void send_parts(int conn_fd, std::string_view head, std::string_view body);
-  void flush(Conn& c);
+  ssize_t splice_frame(int conn_fd, uint32_t ch, int sock_fd);
+  void flush(Conn& c) { c.out.flush(c.fd.get(), c.dead); }
   void feed_reads(Conn& c);
   Exec* exec_on(int conn_fd, uint32_t ch);
 
@@ -124,43 +121,16 @@ class Server {
 void Server::send_parts(int conn_fd, std::string_view head, std::string_view body) {
   auto it = conns_.find(conn_fd);
   if (it == conns_.end() || it->second->dead) return;
-  Conn& c = *it->second;
-  if (c.out_off < c.out.size()) {  // behind what is queued already
-    c.out.append(head);
-    c.out.append(body);
-    return flush(c);
-  }
-  // Nothing queued: the frame goes straight from the caller's buffers in one call, and only
-  // what the stream does not take now is copied into the queue (a bulk relay's chunks mostly are not).
-  size_t done = proto::send_now(c.fd.get(), head, body, c.dead);
-  if (c.dead) return;
-  if (done < head.size()) c.out.append(head.substr(done));
-  c.out.append(body.substr(done > head.size() ? done - head.size() : 0));
+  it->second->out.send(conn_fd, head, body, it->second->dead);
 }
 
-void Server::flush(Conn& c) {
-  while (c.out_off < c.out.size()) {
-    const char* p = c.out.data() + c.out_off;
-    size_t left = c.out.size() - c.out_off;
-    ssize_t n = ::send(c.fd.get(), p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
-    // A plain write() suits streams that are not sockets (virtio-serial, pipes).
-    if (n < 0 && errno == ENOTSOCK) n = ::write(c.fd.get(), p, left);
-    if (n > 0) {
-      c.out_off += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) break;  // poll says when there is room
-    c.dead = true;
-    return;
+ssize_t Server::splice_frame(int conn_fd, uint32_t ch, int sock_fd) {
+  auto it = conns_.find(conn_fd);
+  if (it == conns_.end() || it->second->dead) {
+    errno = EPIPE;
+    return -1;
   }
-  if (c.out_off == c.out.size()) {
-    c.out.clear();
-    c.out_off = 0;
-  } else if (c.out_off > (1 << 20)) {
-    c.out.erase(0, c.out_off);
-    c.out_off = 0;
-  }
+  return it->second->out.splice_frame(conn_fd, sock_fd, ch, it->second->dead);
 }
 
 Exec* Server::exec_on(int conn_fd, uint32_t ch) {
@@ -486,7 +456,7 @@ int Server::run() {
     for (auto& [fd, c] : conns_) {
       // A host whose TCP data the sandbox's servers have not taken is not read until they do.
       short ev = tcp_.holds_input(fd) ? 0 : POLLIN;
-      if (c->out_off < c->out.size()) ev |= POLLOUT;
+      if (c->out.pending()) ev |= POLLOUT;
       pfds.push_back({fd, ev, 0});
       what.emplace_back(2, 0);
     }

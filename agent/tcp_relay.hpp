@@ -30,6 +30,9 @@ struct RelayHooks {
   std::function<void(int conn_fd, std::string_view head, std::string_view body)> send;
   /// Whether that connection's queue is over the high-water mark (its sockets are not read then).
   std::function<bool(int conn_fd)> congested;
+  /// Optional, when nothing waits for that connection: splices what the socket has into one
+  /// data frame on the channel (OutQueue::splice_frame: bytes moved, 0 at EOF, -1 and errno).
+  std::function<ssize_t(int conn_fd, uint32_t channel, int sock_fd)> splice;
 };
 
 class TcpRelay {
@@ -68,9 +71,11 @@ class TcpRelay {
     bool shut_wr = false;
     bool sock_eof = false;   // the socket's EOF was passed on as end
     bool paused = false;
+    bool no_splice = false;  // the socket (or the host's stream) takes no splices: read it
   };
   void connected(Link& l);
   void read_sock(Link& l);
+  ssize_t splice_sock(Link& l);
   void write_sock(Link& l);
   void fail(Link& l, const std::string& message);
   void close(int sock_fd);

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <string_view>
 #include <thread>
 
+#include "core/fd.hpp"
 #include "core/protocol.hpp"
 
 namespace sbx {
@@ -63,6 +66,9 @@ class ChannelRelay {
   bool read_local();   // false: the local side broke
   bool read_agent();   // false: the agent side ended the channel (error) or went away
   bool take(const char* p, size_t n);  // parses the agent's bytes; false as read_agent
+  bool splice_body();  // part of our data frame's payload, agent -> pipe -> local; false as read_agent
+  bool drain_pipe();   // what the pipe holds to the local side; false: the local side broke
+  void open_pipe();
   void abort_agent() {
     to_agent_.buf += proto::encode_error(ch_, "unavailable", 0, "the host's side of the connection broke");
     to_agent_.flush(a_);
@@ -78,6 +84,12 @@ class ChannelRelay {
   proto::Header frame_{};   // the current frame, once its header is whole
   size_t body_left_ = 0;    // of its payload, not read yet
   Outbox to_agent_, to_local_;
+  // A data frame's payload is spliced, agent socket -> pipe -> local socket: the kernel moves
+  // its pages and no copy of the bytes is made on the host (the relay's bulk path). Bytes in
+  // the pipe go out before to_local_'s, which only grows while the pipe is empty or behind it.
+  Fd pipe_r_, pipe_w_;      // none: splice is not available (read and send instead)
+  size_t pipe_cap_ = 0;
+  size_t piped_ = 0;        // bytes in the pipe
   bool local_eof_ = false;  // the local EOF went to the agent as end
   bool agent_end_ = false;  // the agent's end arrived
   bool shut_local_ = false; // and was passed on as shutdown(SHUT_WR)
@@ -126,10 +138,58 @@ bool ChannelRelay::take(const char* p, size_t n) {
   return true;
 }
 
+void ChannelRelay::open_pipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  pipe_r_.reset(p[0]);
+  pipe_w_.reset(p[1]);
+  ::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(kHighWater));  // a smaller pipe only means more splices
+  int cap = ::fcntl(p[1], F_GETPIPE_SZ);
+  pipe_cap_ = cap > 0 ? static_cast<size_t>(cap) : 65536;
+}
+
+bool ChannelRelay::drain_pipe() {
+  while (piped_) {
+    ssize_t n = ::splice(pipe_r_.get(), nullptr, l_, nullptr, piped_, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      piped_ -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && errno == EAGAIN;
+  }
+  return true;
+}
+
+bool ChannelRelay::splice_body() {
+  ssize_t n = ::splice(a_, nullptr, pipe_w_.get(), nullptr, std::min(body_left_, pipe_cap_), SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+  if (n > 0) {
+    piped_ = static_cast<size_t>(n);
+    body_left_ -= piped_;
+    if (!body_left_) head_got_ = 0;  // the frame is whole
+    drain_pipe();  // a broken local side shows at run()'s next drain
+    return true;
+  }
+  if (n == 0) return false;  // the sandbox went away
+  int e = errno;
+  if (e == EINVAL) pipe_w_.reset(), pipe_r_.reset();  // this stream cannot be spliced: read it
+  return e == EINTR || e == EAGAIN || e == EINVAL;
+}
+
 bool ChannelRelay::read_agent() {
   char* buf = buf_.data();
-  while (to_local_.size() < kHighWater) {
-    ssize_t n = ::read(a_, buf, buf_.size());
+  // Bytes still in the pipe stop the reading: whatever came next would overtake them.
+  while (!piped_ && to_local_.size() < kHighWater) {
+    if (pipe_w_ && head_got_ == sizeof head_ && frame_.channel == ch_ && frame_.type == proto::Type::data &&
+        !to_local_.size()) {
+      size_t before = body_left_;
+      if (!splice_body()) return false;
+      if (body_left_ == before && pipe_w_) return true;  // nothing more to read now
+      continue;
+    }
+    // Splicing, a header is read on its own: the payload after it can then be spliced.
+    size_t want = pipe_w_ && head_got_ < sizeof head_ ? sizeof head_ - head_got_ : buf_.size();
+    ssize_t n = ::read(a_, buf, want);
     if (n == 0) return false;  // the sandbox went away
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -143,11 +203,12 @@ bool ChannelRelay::read_agent() {
 void ChannelRelay::run() {
   set_nonblocking(a_);
   set_nonblocking(l_);
+  open_pipe();
   try {
     for (;;) {
-      if (!to_local_.flush(l_)) return abort_agent();
+      if (!drain_pipe() || (!piped_ && !to_local_.flush(l_))) return abort_agent();
       if (!to_agent_.flush(a_)) return;
-      if (agent_end_ && !shut_local_ && !to_local_.size()) {
+      if (agent_end_ && !shut_local_ && !to_local_.size() && !piped_) {
         ::shutdown(l_, SHUT_WR);
         shut_local_ = true;
       }
@@ -155,8 +216,8 @@ void ChannelRelay::run() {
       if (local_done && !to_agent_.size()) return;
       short lev = 0, aev = 0;
       if (!local_eof_ && to_agent_.size() < kHighWater) lev |= POLLIN;
-      if (to_local_.size()) lev |= POLLOUT;
-      if (to_local_.size() < kHighWater) aev |= POLLIN;
+      if (to_local_.size() || piped_) lev |= POLLOUT;
+      if (!piped_ && to_local_.size() < kHighWater) aev |= POLLIN;
       if (to_agent_.size()) aev |= POLLOUT;
       // A local side that is done in both directions is not polled: it would report POLLHUP forever.
       pollfd p[2] = {{local_done ? -1 : l_, lev, 0}, {a_, aev, 0}};
@@ -179,6 +240,12 @@ void ChannelRelay::run() {
 }  // namespace
 
 void relay_port_channel(int agent_fd, uint32_t channel, int local_fd) {
+  // splice() to a socket whose peer is gone raises SIGPIPE (it takes no MSG_NOSIGNAL): in
+  // this thread it is EPIPE instead, as for the relay's sends.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   ChannelRelay(agent_fd, channel, local_fd).run();
 }
 

@@ -2,7 +2,10 @@
 // writing/reading, and catching the sbx::Error a call must throw.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/error.hpp"
+#include "core/fd.hpp"
 #include "core/fsutil.hpp"
 #include "tests/temp_dir.hpp"
 
@@ -46,6 +50,20 @@ inline std::string read_fd(int fd) {
 }
 
 /// Whether a path exists, without following a final symlink.
+// A listening loopback TCP socket on a free port (set in port).
+inline sbx::Fd loopback_listener(uint16_t& port) {
+  sbx::Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(s.get(), 8) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  return s;
+}
+
 inline bool exists(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;

@@ -16,26 +16,14 @@
 #include "agent/tcp_relay.hpp"
 #include "core/error.hpp"
 #include "core/fd.hpp"
+#include "tests/unit/helpers.hpp"
 
 using sbx::Fd;
 using sbx::agent::TcpRelay;
+using sbx_test::loopback_listener;
 namespace proto = sbx::proto;
 
 namespace {
-
-// A listening loopback socket on a free port.
-Fd listener(uint16_t& port) {
-  Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(s.get(), 8) == 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len);
-  port = ntohs(a.sin_port);
-  return s;
-}
 
 // The host's side: the frames the relay sent, per channel, and whether its queue counts as full.
 struct Host {
@@ -47,7 +35,8 @@ struct Host {
                     d.feed(body.data(), body.size());
                     while (auto f = d.pop()) frames.push_back(*f);
                   },
-                  [this](int) { return congested; }}};
+                  [this](int) { return congested; },
+                  {}}};
   // One round of the agent's loop (bounded wait).
   void round(int timeout_ms = 1000) {
     std::vector<pollfd> p;
@@ -83,7 +72,7 @@ std::string read_all(int fd) {
 
 TEST_CASE("tcp relay: data both ways, each end passed on, then the channel is done") {
   uint16_t port = 0;
-  Fd l = listener(port);
+  Fd l = loopback_listener(port);
   Host h;
   h.relay.open(3, 7, {{"port", port}});
   for (int i = 0; i < 20 && !h.has(proto::Type::ok); ++i) h.round();
@@ -107,7 +96,7 @@ TEST_CASE("tcp relay: data both ways, each end passed on, then the channel is do
 
 TEST_CASE("tcp relay: nothing listening is an error that names the port") {
   uint16_t port = 0;
-  { Fd l = listener(port); }  // closed again: the port is free
+  { Fd l = loopback_listener(port); }  // closed again: the port is free
   Host h;
   std::string message;
   try {
@@ -126,7 +115,7 @@ TEST_CASE("tcp relay: nothing listening is an error that names the port") {
 
 TEST_CASE("tcp relay: a congested host or a pause stops reading; held host data stops the host being read") {
   uint16_t port = 0;
-  Fd l = listener(port);
+  Fd l = loopback_listener(port);
   Host h;
   h.relay.open(3, 1, {{"port", port}});
   for (int i = 0; i < 20 && !h.has(proto::Type::ok); ++i) h.round();
