@@ -92,7 +92,7 @@ class Server {
   void read_conn(Conn& c);
   void handle(Conn& c, proto::Frame& f);
   void start_exec(Conn& c, uint32_t ch, const json& req);
-  void ping(int conn_fd, uint32_t ch);
+  void ping(int conn_fd, uint32_t ch, bool sync_first);
   void channel_input(int conn_fd, const proto::Frame& f);
   void exec_input(Exec& e, const proto::Frame& f);
   void pump(Exec& e, int fd, proto::Type type, bool drain = false);
@@ -195,7 +195,7 @@ void Server::handle(Conn& c, proto::Frame& f) {
       case proto::Type::proc_list:
       case proto::Type::proc_attach:
       case proto::Type::proc_signal: procs_.request(fd, f); break;
-      case proto::Type::ping: ping(fd, f.channel); break;
+      case proto::Type::ping: ping(fd, f.channel, !f.payload.empty() && f.json().value("sync", false)); break;
       case proto::Type::file_read:
         c.reads[f.channel] = open_file_request(root_.get(), f.channel, f.json(), [&](const std::string& b) { send(fd, b); });
         feed_reads(c);
@@ -243,7 +243,10 @@ void Server::handle(Conn& c, proto::Frame& f) {
   }
 }
 
-void Server::ping(int conn_fd, uint32_t ch) {
+void Server::ping(int conn_fd, uint32_t ch, bool sync_first) {
+  // {"sync": true} (a micro-VM's snapshot, just before QEMU stops it): the guest's dirty
+  // pages reach the virtual disk, so the host's copy of the disk image holds them.
+  if (sync_first) ::sync();
   // Background processes count: idle gc must not take a sandbox that works,
   // and its idleness starts when the last of them ended. (A forwarded port's
   // server is always one of them or a foreground exec, so it counts too.)
@@ -251,6 +254,7 @@ void Server::ping(int conn_fd, uint32_t ch) {
                {"running", execs_.size() + procs_.running()},
                {"uptime_ms", mono_ms() - started_},
                {"pid", ::getpid()}};
+  if (sync_first) body["synced"] = true;
   if (int64_t quiet = procs_.quiet_ms(); quiet >= 0) body["quiet_ms"] = quiet;
   send(conn_fd, proto::encode_json(proto::Type::ok, ch, body));
 }

@@ -25,6 +25,10 @@ run() {
   printf '%-40s %9.2f ms\n' "$1" "$(mean_ms "$2")"
 }
 
+# add_driver NAME FLAG: adds NAME to drivers when `sbx doctor --driver NAME` passes, unless FLAG is 0.
+add_driver() {
+  if [[ $2 != 0 ]] && "$SBX" doctor --driver "$1" >/dev/null 2>&1; then drivers+=("$1"); fi
+}
 # The drivers to measure: subprocess always, runsc when `sbx doctor --driver runsc` passes (RUNSC=0 skips it).
 drivers=(subprocess)
-if [[ ${RUNSC:-1} != 0 ]] && "$SBX" doctor --driver runsc >/dev/null 2>&1; then drivers+=(runsc); fi
+add_driver runsc "${RUNSC:-1}"

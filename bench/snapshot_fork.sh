@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Side by side, in one run, per driver (subprocess always, runsc when
-# `sbx doctor --driver runsc` passes; RUNSC=0 skips it), on a source sandbox
-# holding FILL_MB (default 8) MiB of files in its writable layer:
+# Side by side, in one run, per driver (subprocess always; runsc, microvm and
+# deno when `sbx doctor --driver NAME` passes; RUNSC=0, MICROVM=0, DENO=0 skip
+# them), on a source sandbox holding FILL_MB (default 8) MiB of files in its
+# writable layer (deno: in its SQLite store):
 #   sbx snapshot ID NAME        (pause, sync, sparse copy of the layer, hash, resume)
 #   sbx create --from NAME      (fork create-to-ready: the layer copied in, agent answering)
 #   sbx fork ID                 (both of the above in one call)
@@ -14,8 +15,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-20}
 RUNS_RUNSC=${RUNS_RUNSC:-10}
+RUNS_MICROVM=${RUNS_MICROVM:-3}
+RUNS_DENO=${RUNS_DENO:-5}
 FILL_MB=${FILL_MB:-8}
 source bench/local_lib.sh
+add_driver microvm "${MICROVM:-1}"
+add_driver deno "${DENO:-1}"
 
 # --prepare: removes every sandbox but the source ($1); with a driver ($2), fills its pool of 1.
 cat >"$work/others.sh" <<END
@@ -28,9 +33,13 @@ END
 
 for d in "${drivers[@]}"; do
   n=$RUNS
-  [[ $d == runsc ]] && n=$RUNS_RUNSC
+  case $d in runsc) n=$RUNS_RUNSC ;; microvm) n=$RUNS_MICROVM ;; deno) n=$RUNS_DENO ;; esac
   src=$(SBX_POOL=$d=0 "$SBX" create --driver "$d")
-  "$SBX" exec "$src" -- sh -c "mkdir -p /work/data && head -c $((FILL_MB << 20)) /dev/urandom > /work/data/blob && echo ok > /work/mark" >/dev/null
+  if [[ $d == deno ]]; then  # no shell there: Python writes the files
+    "$SBX" exec "$src" -- python3 -c "import os; os.makedirs('/work/data'); open('/work/data/blob', 'wb').write(os.urandom($((FILL_MB << 20)))); open('/work/mark', 'w').write('ok')" >/dev/null
+  else
+    "$SBX" exec "$src" -- sh -c "mkdir -p /work/data && head -c $((FILL_MB << 20)) /dev/urandom > /work/data/blob && echo ok > /work/mark" >/dev/null
+  fi
   echo "== $d ($n runs each; $FILL_MB MiB of files in the source)"
   run "sbx snapshot ID NAME" "$work/snap-$d.json" "$n" "true" "$SBX snapshot $src bench-$d"
   run "fork: sbx create --from NAME" "$work/from-$d.json" "$n" "bash $work/others.sh $src" \

@@ -58,9 +58,10 @@ proto::Frame must_read(int fd) {
 
 }  // namespace
 
-json AgentClient::ping(int timeout_ms) {
+json AgentClient::ping(int timeout_ms, bool sync_first) {
   uint32_t ch = next_channel();
-  send_all(fd_.get(), proto::encode(proto::Type::ping, ch));
+  send_all(fd_.get(), sync_first ? proto::encode_json(proto::Type::ping, ch, {{"sync", true}})
+                                 : proto::encode(proto::Type::ping, ch));
   pollfd p{fd_.get(), POLLIN, 0};
   int n;
   do n = ::poll(&p, 1, timeout_ms);

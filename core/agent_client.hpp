@@ -46,7 +46,8 @@ class AgentClient {
   explicit AgentClient(Fd stream) : fd_(std::move(stream)) {}
 
   /// {version, running, uptime_ms, pid}; throws protocol/timeout when the agent does not answer in time.
-  nlohmann::json ping(int timeout_ms = 2000);
+  /// sync_first: the agent calls sync(2) before it answers (and says `synced`).
+  nlohmann::json ping(int timeout_ms = 2000, bool sync_first = false);
   /// Runs a command, streaming through io; returns how it ended. A background
   /// request returns once it started: ExecResult::pid (or the reason in io.error).
   ExecResult exec(const ExecRequest& req, ExecIO& io);

@@ -71,14 +71,14 @@ class Driver {
   /// consistent. Throws unavailable when the driver keeps no layer it can copy.
   virtual void copy_layer(const SandboxRecord& rec, const std::string& /*dir*/, const std::string& /*dest*/) {
     throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot snapshot a sandbox")
-        .set_hint("snapshots work on the subprocess and runsc drivers");
+        .set_hint("snapshots work on the subprocess, runsc, microvm and deno drivers");
   }
   /// Before start(): makes the new sandbox's writable layer a copy of the snapshot file
   /// `layer`, taken from a sandbox whose first host uid was `from_uid_base`.
   virtual void seed_layer(const SandboxRecord& rec, const std::string& /*dir*/, const std::string& /*layer*/,
                           uint32_t /*from_uid_base*/) {
     throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot start a sandbox from a snapshot")
-        .set_hint("snapshots work on the subprocess and runsc drivers");
+        .set_hint("snapshots work on the subprocess, runsc, microvm and deno drivers");
   }
   /// A note create shows before start() when starting takes a while (a VM boot).
   virtual std::optional<std::string> start_note(const SandboxSpec& /*spec*/) { return std::nullopt; }

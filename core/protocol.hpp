@@ -32,7 +32,7 @@ enum class Type : uint8_t {
   file_read = 0x05,   ///< json: {path}; answered by ok {stat} then data* then end
   file_write = 0x06,  ///< json: {path, kind, mode, mtime, target}; then data* and end from the host; answered ok
   list = 0x07,        ///< json: {path, recursive}; answered by entries* then end
-  ping = 0x08,        ///< answered by ok {version, running, uptime_ms, pid, quiet_ms?} (quiet_ms: since the last background process ended)
+  ping = 0x08,        ///< json (optional): {sync}; answered by ok {version, running, uptime_ms, pid, quiet_ms?, synced?} (quiet_ms: since the last background process ended; synced: sync(2) ran first, as asked)
   resize = 0x09,      ///< json: {rows, cols}: the terminal of a tty exec or attach on this channel
   proc_list = 0x0A,   ///< answered by ok {procs: [ProcessInfo]}: the background processes
   proc_attach = 0x0B, ///< json: {pid, follow, input, tail_lines}: started {pid}, kept then live output, exit (or end when not following); with input, stdin/resize/signal frames follow on the channel; end from the host detaches

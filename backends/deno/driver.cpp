@@ -23,8 +23,10 @@
 #include <thread>
 
 #include "backends/common/cgroup.hpp"
+#include "backends/common/disk.hpp"
 #include "backends/common/process.hpp"
 #include "backends/deno/runtime.hpp"
+#include "backends/deno/store_copy.hpp"
 #include "backends/drivers.hpp"
 #include "core/error.hpp"
 #include "core/fault.hpp"
@@ -333,6 +335,21 @@ class DenoDriver : public Driver {
   // The cgroup freezer; without root there is no group, and no pause.
   void pause(const SandboxRecord& rec, const std::string& /*dir*/) override { freezable(rec).freeze(true); }
   void resume(const SandboxRecord& rec, const std::string& /*dir*/) override { freezable(rec).freeze(false); }
+
+  // The files are the store: copied with SQLite's backup API while the agent is frozen
+  // (its last committed exec is in the copy whole), and a new sandbox starts on a copy.
+  void copy_layer(const SandboxRecord& /*rec*/, const std::string& dir, const std::string& dest) override {
+    backup_store(dir + "/deno/store.db", dest);
+  }
+  void seed_layer(const SandboxRecord& rec, const std::string& dir, const std::string& layer,
+                  uint32_t /*from_uid_base*/) override {
+    // A snapshot is one quiescent file (backup_store): a file copy is a whole database.
+    const std::string state = dir + "/deno", store = state + "/store.db";
+    make_dirs(state, 0700);
+    disk::copy_image(layer, store);
+    if (::geteuid() == 0 && ::chown(store.c_str(), rec.uid_base, rec.uid_base) != 0)
+      throw sys_error("chown " + store, errno);
+  }
 
   uint64_t oom_kills(const SandboxRecord& rec) override {
     auto it = rec.driver_data.find("cgroup_scope");

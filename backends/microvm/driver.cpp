@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "backends/common/cgroup.hpp"
+#include "backends/common/disk.hpp"
 #include "backends/common/net/jail.hpp"
 #include "backends/common/probes.hpp"
 #include "backends/common/process.hpp"
@@ -45,6 +46,10 @@ constexpr uint64_t kVmmTasks = 128;
 // and never less than a guest needs to come up.
 constexpr uint64_t kGuestKernelMb = 96;
 constexpr uint64_t kMinGuestMb = 192;
+// The guest's sync(2) before a pause: under TCG a few MiB of dirty pages take seconds.
+constexpr int kSyncTimeoutMs = 20'000;
+// In the VM directory while the guest is paused without having synced (its reason).
+constexpr const char* kUnsynced = "layer-unsynced";
 
 std::string str(const SandboxRecord& rec, const char* key, const std::string& dflt) {
   auto it = rec.driver_data.find(key);
@@ -210,8 +215,44 @@ class MicrovmDriver : public Driver {
     return vmm_of(rec)->connect(dir + "/vm");
   }
 
-  void pause(const SandboxRecord& rec, const std::string& dir) override { vmm_of(rec)->set_paused(dir + "/vm", true); }
-  void resume(const SandboxRecord& rec, const std::string& dir) override { vmm_of(rec)->set_paused(dir + "/vm", false); }
+  // A pause first has the guest write back its page cache (the agent's sync(2)), then
+  // stops the vCPUs; QEMU's stop drains its block layer, so every write that returned
+  // before the pause is in layer.img on the host. A guest that cannot sync is still
+  // paused (a hung one must be stoppable) but marked, and no snapshot is taken of it.
+  void pause(const SandboxRecord& rec, const std::string& dir) override {
+    std::string unsynced = dir + "/vm/" + kUnsynced;
+    std::string why;
+    try {
+      AgentClient agent(connect(rec, dir));
+      if (!agent.ping(kSyncTimeoutMs, true).value("synced", false)) why = "its agent predates the sync request";
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    if (why.empty()) ::unlink(unsynced.c_str());
+    else write_file_atomic(unsynced, why + "\n", 0600);
+    vmm_of(rec)->set_paused(dir + "/vm", true);
+  }
+  void resume(const SandboxRecord& rec, const std::string& dir) override {
+    vmm_of(rec)->set_paused(dir + "/vm", false);
+    ::unlink((dir + "/vm/" + kUnsynced).c_str());
+  }
+
+  // The writable layer is the whole of a guest's own files (ids included: a guest has
+  // its own, so none move). The copy is never mounted on the host: the guest wrote it,
+  // so it is untrusted input to a kernel's ext4. The new guest's kernel replays its
+  // journal when its /init mounts it (a stop is a clean point, as after a power cut with
+  // nothing in flight), and overlayfs empties the work directory at mount.
+  void copy_layer(const SandboxRecord& rec, const std::string& dir, const std::string& dest) override {
+    if (auto why = read_file_if_exists(dir + "/vm/" + kUnsynced))
+      throw Error(Errc::unavailable, "sandbox " + rec.id + "'s guest did not write back its files before the pause: " +
+                                         why->substr(0, why->find('\n')))
+          .set_hint("`sbx resume " + rec.id + "` and snapshot it again");
+    disk::copy_image(dir + "/layer.img", dest);
+  }
+  void seed_layer(const SandboxRecord& /*rec*/, const std::string& dir, const std::string& layer,
+                  uint32_t /*from_uid_base*/) override {
+    disk::copy_image(layer, dir + "/layer.img");
+  }
 
   bool alive(const SandboxRecord& rec) override {
     if (!process_alive(rec)) return false;
@@ -274,7 +315,9 @@ class MicrovmDriver : public Driver {
   // The sandbox's writable layer, and the read-only disk of its image (if any).
   static void prepare_disks(const SandboxSpec& spec, const std::string& dir, VmPlan& plan) {
     plan.disk = dir + "/layer.img";
-    with_context("making the writable layer", [&] { make_layer_disk(plan.disk, spec.limits.disk_mb); });
+    // A sandbox from a snapshot has its layer already (seed_layer).
+    if (spec.from_snapshot.empty() || !path_exists(plan.disk))
+      with_context("making the writable layer", [&] { make_layer_disk(plan.disk, spec.limits.disk_mb); });
     if (spec.image.empty()) return;  // the busybox guest: the initramfs is the root
     plan.image_disk = with_context("making the read-only disk of the image " + spec.image,
                                    [&] { return image_disk(spec.image, dir + "/image.ext4"); });
