@@ -37,10 +37,13 @@ OFFENDERS = {
     "socket_flood": ({}, ["python3", "-c", SOCKETS]),
 }
 
-# microvm: the guest has busybox only
+# microvm: the guest boots the default image too, but every workload costs seconds under TCG
 VM_OFFENDERS = {
     "fork_bomb": ({"pids": 64}, ["sh", "-c", FORK_BOMB]),
-    "memory_hog": ({"memory_mb": 64}, ["sh", "-c", "x=$(head -c 400000000 /dev/zero | tr '\\0' x); echo ${#x}"]),
+    # One 400 MiB buffer: the guest's RAM (--memory plus the kernel's share) refuses it at once.
+    # Python's 400 pieces of 1 MiB instead thrash the guest's memory cgroup (its binary's pages
+    # read again and again from the image disk) until the exec's timeout, no OOM kill in sight.
+    "memory_hog": ({"memory_mb": 64}, ["dd", "if=/dev/zero", "of=/dev/null", "bs=400M", "count=1"]),
     "output_flood": ({}, OUTPUT_FLOOD),
     "disk_filler": ({"disk_mb": 64}, DISK_FILLER),
 }
