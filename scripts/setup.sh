@@ -12,6 +12,7 @@ packages=(
   libmnl-dev libnftables-dev nftables runsc
   qemu-system-x86 e2fsprogs cpio lz4 file
   mmdebstrap podman runc
+  stress-ng
   clang libclang-rt-dev
 )
 missing=()

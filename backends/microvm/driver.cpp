@@ -349,7 +349,12 @@ class MicrovmDriver : public Driver {
       char* end;
       long pid = std::strtol(e->d_name, &end, 10);
       if (*end || pid <= 1) continue;
-      auto cmd = read_file_if_exists("/proc/" + std::string(e->d_name) + "/cmdline");
+      std::optional<std::string> cmd;
+      try {
+        cmd = read_file_if_exists("/proc/" + std::string(e->d_name) + "/cmdline");
+      } catch (const Error&) {
+        continue;  // it exited between open and read (ESRCH): whatever it was, it is no monitor now
+      }
       if (!cmd) continue;
       std::vector<std::string> args;
       std::istringstream in(*cmd);

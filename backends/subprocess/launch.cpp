@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <linux/securebits.h>
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -169,6 +171,16 @@ void bring_up_loopback(int report_fd) {
   if (::syscall(SYS_pivot_root, ".", ".") != 0) fail(r, kStepPivot);
   if (::umount2(".", MNT_DETACH) != 0) fail(r, kStepPivot);
   if (::chdir("/") != 0) fail(r, kStepPivot);
+  // A user namespace's owner is the uid that makes it, and the kernel charges
+  // per-user counts inside it (inotify instances and watches) to the owner in
+  // the parent as well: owned by host root, every sandbox would share root's
+  // budget (fs.inotify.max_user_instances, 128) and one exhauster would starve
+  // the host and its neighbours. Owned by the sandbox's own host uid, each has
+  // its own. Capabilities stay (no setuid fixup), so no policy on unprivileged
+  // user namespaces applies.
+  if (::prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP) != 0 || ::setgroups(0, nullptr) != 0 ||
+      ::setresgid(p.uid_base, p.uid_base, p.uid_base) != 0 || ::setresuid(p.uid_base, p.uid_base, p.uid_base) != 0)
+    fail(r, kStepUserns);
   if (::unshare(CLONE_NEWUSER) != 0) fail(r, kStepUserns);
   // Tell the host to write our uid/gid maps, then wait until it has.
   char c = 'U';

@@ -21,8 +21,10 @@ from manager_fixtures import cgroup_scope, manager_root, managers  # noqa: F401 
 
 pytestmark = [pytest.mark.only_drivers("subprocess", "runsc", "microvm", "deno")]
 
-# What CI runs: every driver's whole create-to-rm path, in two to three minutes each here.
-CI_CYCLES = {"subprocess": 1000, "runsc": 100, "microvm": 12, "deno": 40}
+# What CI runs within its 45-minute budget: subprocess and runsc in lane local (each runsc
+# cycle costs ~2 s there), microvm in lane vm (~5 s a TCG boot); the full counts of issue 14
+# are the soak's (docs/security.md has the figures of both).
+CI_CYCLES = {"subprocess": 1000, "runsc": 100, "microvm": 20, "deno": 40}
 SOAK_CYCLES = {"subprocess": 1000, "runsc": 1000, "microvm": 100, "deno": 1000}
 JAILED = {"subprocess", "runsc", "microvm"}  # deno sandboxes have no network to jail
 PROBE = {"deno": ["python3", "-c", "print('ok')"]}
@@ -51,10 +53,14 @@ def test_cycles_leave_nothing_behind(managers, driver):
     def cycle() -> str:
         nonlocal made
         made += 1
+        # A boot under TCG on a loaded host can take past the default 30 s.
         with forwarder_lock() if made % 10 == 1 and driver in JAILED else contextlib.nullcontext():
-            sid = m.create(named if made % 10 == 1 else spec)["id"]
+            r = m.request("POST", "/v1/sandboxes", named if made % 10 == 1 else spec, timeout=180)
+            assert r.status == 201, f"create of cycle {made} failed: {r!r}"
+            sid = r.json()["id"]
             out = m.exec(sid, probe, timeout=120)
-            assert out.get("exit_code") == 0 and out.get("stdout") == "ok\n", out
+            assert out.get("exit_code") == 0 and out.get("stdout") == "ok
+", f"cycle {made}: {out}"
             r = m.delete(sid)
         assert r.status == 200, r
         return sid

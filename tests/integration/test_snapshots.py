@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import threading
 
 import pytest
@@ -82,20 +83,38 @@ def test_snapshot_create_from_and_fork_are_independent(sbx, sandbox, driver, mak
     assert sbx.run("create", "--from", name).rc != 0
 
 
+# The memory hog of the pressure variant: fills its cap and keeps touching every page, so
+# the host reclaims around it while the writer's sandbox, itself under a small cap, writes.
+HOG = ("import time\nb = [bytearray(1 << 20) for _ in range(200)]\n"
+       "while True:\n  for x in b: x[0] = (x[0] + 1) % 256\n  time.sleep(0.01)")
+
+
 @pytest.mark.only_drivers(*SNAPSHOT_DRIVERS)
-def test_nothing_lost_across_pauses_manager_kills_snapshot_and_fork(module_managers, driver):  # noqa: F811
+@pytest.mark.parametrize("pressure", ["none", "memory"])
+def test_nothing_lost_across_pauses_manager_kills_snapshot_and_fork(module_managers, driver, pressure):  # noqa: F811
     """The fault test of issue 15: a writer runs inside; ten pause/resume cycles through the
-    manager, which is SIGKILLed and restarted between some; then a snapshot and two sandboxes
-    from it. Every file whose write had returned before a pause or the snapshot must be in the
-    sandbox and in each copy, with its content."""
+    manager, which is SIGKILLed and restarted between some; the writer stopped and the sandbox
+    idle-paused by gc; then a snapshot and two sandboxes from it. Every file whose write had
+    returned before a pause or the snapshot must be in the sandbox and in each copy, with its
+    content. pressure=memory: the same with a memory hog in another sandbox and the writer's
+    own sandbox capped at 64M (its page cache reclaimed as it writes)."""
+    if pressure == "memory" and driver not in ("subprocess", "runsc"):
+        pytest.skip("the pressure variant runs on subprocess and runsc (a micro-VM's page cache is the guest's)")
     # A micro-VM under TCG takes ~1 s an exec: fewer cycles there (still a kill while paused and one while running).
     cycles = (12 if driver == "microvm" else 40) if os.environ.get("SBX_SOAK") else (3 if driver == "microvm" else 10)
-    m = module_managers.new(f"snap-{driver}", "server:\n  reap_interval: 1h\n", driver=driver)
+    m = module_managers.new(f"snap-{driver}-{pressure}", "server:\n  reap_interval: 1h\n", driver=driver)
     cli = Sbx(m.state_dir, m.config, label=f"snap-{driver}")
-    sid = m.create({"driver": driver, "persistent": True})["id"]
+    spec = {"driver": driver, "persistent": True, "idle_timeout_s": 2}  # persistent: idle action pause
+    if pressure == "memory":
+        spec["limits"] = {"memory_mb": 64}
+    sid = m.create(spec)["id"]
     made = [sid]
     try:
-        cli.run("exec", "-d", sid, "--", "sh", "-c", WRITER).ok()
+        if pressure == "memory":
+            hog = m.create({"driver": driver, "limits": {"memory_mb": 256}})["id"]
+            made.append(hog)
+            cli.run("exec", "-d", hog, "--", "python3", "-c", HOG).ok()
+        writer = cli.run("exec", "-d", sid, "--", "sh", "-c", WRITER).ok().out.strip()
         # Its first `done` (a loaded micro-VM under TCG takes seconds to get there).
         assert wait_until(lambda: cli.exec(sid, "cat", "/work/done").rc == 0, 60), "the writer never wrote"
         returned = -1
@@ -111,15 +130,22 @@ def test_nothing_lost_across_pauses_manager_kills_snapshot_and_fork(module_manag
             if cycle % 3 == 2:
                 m.kill()  # and while it runs
                 m.start()
-        before_snapshot = int(cli.exec(sid, "cat", "/work/done").ok().out)
-        assert before_snapshot > returned >= 0, "the writer must go on across the cycles"
+        cli.run("kill", sid, writer).ok()
+        last = int(cli.exec(sid, "cat", "/work/done").ok().out)
+        assert last > returned >= 0, "the writer must go on across the cycles"
+        # Idle past its timeout, with nothing running: gc pauses it (its idle action).
+        time.sleep(2.5)
+        r = m.request("POST", "/v1/gc", {})
+        acts = [a for a in r.json()["actions"] if a["target"] == sid]
+        assert acts and acts[0]["kind"] == "pause" and acts[0]["done"], r.json()
+        assert _state(cli, sid) == "paused"
         cli.run("snapshot", sid, f"lost-{driver}").ok()
+        assert _state(cli, sid) == "paused", "a snapshot of a paused sandbox leaves it paused"
         copies = [cli.run("create", "--from", f"lost-{driver}").ok().out.strip(), cli.run("fork", sid).ok().out.strip()]
         made += copies
-        _check_files(cli, sid, before_snapshot)
-        for c in copies:
-            _check_files(cli, c, before_snapshot)
-            assert int(cli.exec(c, "cat", "/work/done").ok().out) >= before_snapshot
+        for s in [sid] + copies:
+            _check_files(cli, s, last)
+            assert int(cli.exec(s, "cat", "/work/done").ok().out) == last
         cli.run("snapshot", "rm", f"lost-{driver}").ok()
     finally:
         for s in reversed(made):
