@@ -50,13 +50,8 @@ int parse_fd(const char* s) {
 // container's init is exec'd by gVisor), the agent makes its own socket in a
 // directory the host shares with it (runsc --host-uds=all exposes it to the host).
 int listen_path(const char* path) {
-  // Only root (the host's, through the shared directory) may talk to the agent;
-  // the agent is single-threaded, so the umask can make the socket 0600 from birth.
-  mode_t old = ::umask(0177);
   try {
-    sbx::Fd s = sbx::listen_unix(path);
-    ::umask(old);
-    return s.release();
+    return sbx::agent::listen_owner_only(path);
   } catch (const sbx::Error& e) {
     std::fprintf(stderr, "sbx-agent: %s\n", e.what());
     std::exit(1);
@@ -187,7 +182,7 @@ int main(int argc, char** argv) {
   }
   // Made only now, after the filter is in place: a socket that exists means an
   // agent that is confined and about to serve, which the host can wait for.
-  if (listen_at) opts.listen_fd = listen_path(listen_at);
+  if (listen_at) opts.listen_fd = listen_path(listen_at), opts.listen_path = listen_at;
   if (vsock_port >= 0) opts.listen_fd = listen_vsock(static_cast<unsigned>(vsock_port));
   if (serial) return serve_serial(opts, serial);
   try {

@@ -4,12 +4,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -25,6 +27,7 @@
 #include "agent/tree.hpp"
 #include "core/error.hpp"
 #include "core/protocol.hpp"
+#include "core/unix_socket.hpp"
 
 namespace sbx::agent {
 
@@ -93,6 +96,9 @@ class Server {
   void handle(Conn& c, proto::Frame& f);
   void start_exec(Conn& c, uint32_t ch, const json& req);
   void ping(int conn_fd, uint32_t ch, bool sync_first);
+  void detach(Conn& c, uint32_t ch);
+  void finish_detach();
+  void relisten();
   void channel_input(int conn_fd, const proto::Frame& f);
   void exec_input(Exec& e, const proto::Frame& f);
   void pump(Exec& e, int fd, proto::Type type, bool drain = false);
@@ -115,6 +121,7 @@ class Server {
   ProcTable procs_;
   TcpRelay tcp_;
   int64_t started_ = mono_ms();
+  bool detaching_ = false;  // a detach was answered: hosts and the listener go at the end of this round
   bool stop_ = false;
 };
 
@@ -196,6 +203,7 @@ void Server::handle(Conn& c, proto::Frame& f) {
       case proto::Type::proc_attach:
       case proto::Type::proc_signal: procs_.request(fd, f); break;
       case proto::Type::ping: ping(fd, f.channel, !f.payload.empty() && f.json().value("sync", false)); break;
+      case proto::Type::detach: detach(c, f.channel); break;
       case proto::Type::file_read:
         c.reads[f.channel] = open_file_request(root_.get(), f.channel, f.json(), [&](const std::string& b) { send(fd, b); });
         feed_reads(c);
@@ -257,6 +265,37 @@ void Server::ping(int conn_fd, uint32_t ch, bool sync_first) {
   if (sync_first) body["synced"] = true;
   if (int64_t quiet = procs_.quiet_ms(); quiet >= 0) body["quiet_ms"] = quiet;
   send(conn_fd, proto::encode_json(proto::Type::ok, ch, body));
+}
+
+void Server::detach(Conn& c, uint32_t ch) {
+  if (opts_.listen_path.empty())
+    throw Error(Errc::unavailable, "this agent was not started listening on a path, so it cannot listen again");
+  // Another host's exec or copy would be cut off: the host tries again when it is done.
+  if (conns_.size() > 1)
+    throw Error(Errc::conflict, std::to_string(conns_.size() - 1) + " other host connection(s) to the agent are open");
+  send(c.fd.get(), proto::encode_json(proto::Type::ok, ch, json::object()));
+  flush(c);
+  detaching_ = true;
+}
+
+void Server::finish_detach() {
+  detaching_ = false;
+  // The listener first: the host reads its connection's end as "the agent holds no host socket".
+  if (opts_.listen_fd >= 0) ::close(opts_.listen_fd);
+  opts_.listen_fd = -1;
+  std::vector<int> fds;
+  for (auto& [fd, c] : conns_) fds.push_back(fd);
+  for (int fd : fds) drop_conn(fd);
+}
+
+void Server::relisten() {
+  if (opts_.listen_fd >= 0 || opts_.listen_path.empty()) return;
+  try {
+    opts_.listen_fd = listen_owner_only(opts_.listen_path);
+    ::fcntl(opts_.listen_fd, F_SETFL, ::fcntl(opts_.listen_fd, F_GETFL) | O_NONBLOCK);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "sbx-agent: %s (listening again at the next SIGUSR1)\n", e.what());
+  }
 }
 
 void Server::channel_input(int conn_fd, const proto::Frame& f) {
@@ -402,6 +441,7 @@ void Server::reap() {
   signalfd_siginfo si;
   while (::read(sigfd_.get(), &si, sizeof si) > 0) {
     if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) stop_ = true;
+    if (si.ssi_signo == SIGUSR1) relisten();
   }
   for (;;) {
     int status;
@@ -437,6 +477,7 @@ int Server::run() {
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGPIPE);
+  sigaddset(&mask, SIGUSR1);  // after a detach: listen again (a restored checkpoint's agent)
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
   sigfd_.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!sigfd_) throw sys_error("signalfd", errno);
@@ -520,6 +561,7 @@ int Server::run() {
     for (auto& [fd, c] : conns_)
       if (c->dead) dead.push_back(fd);
     for (int fd : dead) drop_conn(fd);
+    if (detaching_) finish_detach();
     if (opts_.exit_when_streams_close && opts_.listen_fd < 0 && conns_.empty()) break;
   }
   for (auto& [pid, e] : execs_) kill_tree(pid);
@@ -529,6 +571,20 @@ int Server::run() {
 }
 
 }  // namespace
+
+int listen_owner_only(const std::string& path) {
+  // Only root (the host's, through the shared directory) may talk to the agent;
+  // the agent is single-threaded, so the umask can make the socket 0600 from birth.
+  mode_t old = ::umask(0177);
+  try {
+    Fd s = listen_unix(path);
+    ::umask(old);
+    return s.release();
+  } catch (...) {
+    ::umask(old);
+    throw;
+  }
+}
 
 int serve(const ServerOptions& opts) {
   Server s(opts);

@@ -17,7 +17,14 @@ struct ServerOptions {
   /// oom_kill count during a command that died of SIGKILL means an OOM kill,
   /// reported in the exit frame (the host cannot see the guest's counter).
   bool report_oom = false;
+  /// Where the agent listens (runsc): it may then detach (proto detach) and
+  /// listen here again at SIGUSR1. Empty: detach is refused.
+  std::string listen_path;
 };
+
+/// A listening unix socket at path that only its owner (the host's root) may connect to.
+/// Throws Error. Narrows the umask around the bind: for the single-threaded agent only.
+int listen_owner_only(const std::string& path);
 
 /// Runs until asked to stop (SIGTERM to a non-init agent) or, with
 /// exit_when_streams_close, until every stream closed. Returns an exit status.

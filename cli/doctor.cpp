@@ -174,6 +174,8 @@ void register_doctor(CLI::App& app, Globals& g, Outcome& out) {
       auto probes = d.probe(cfg, true);
       bool ok = true;
       for (auto& p : probes) ok = ok && (p.ok || p.advisory);
+      // Advisory: a driver without them still runs sandboxes.
+      if (ok) probes.push_back(d.make(cfg)->memory_snapshots());
       driver_ok[d.name] = ok;
       nlohmann::json dj{{"name", d.name}, {"summary", d.summary}, {"ok", ok}, {"checks", nlohmann::json::array()}};
       for (auto& p : probes) dj["checks"].push_back(probe_json(p));

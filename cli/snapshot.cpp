@@ -23,11 +23,11 @@ void print_snapshots(const std::vector<SnapshotInfo>& snaps, bool json) {
     std::printf("%s\n", nlohmann::json(snaps).dump().c_str());
     return;
   }
-  std::printf("%-28s %-19s %-16s %-10s %7s %s\n", "NAME", "DIGEST", "SOURCE", "DRIVER", "SIZE", "COPY");
+  std::printf("%-28s %-19s %-16s %-10s %7s %7s %s\n", "NAME", "DIGEST", "SOURCE", "DRIVER", "SIZE", "MEMORY", "COPY");
   for (auto& s : snaps)
-    std::printf("%-28s %-19s %-16s %-10s %7s %llums\n", s.name.c_str(), s.digest.substr(0, 19).c_str(),
+    std::printf("%-28s %-19s %-16s %-10s %7s %7s %llums\n", s.name.c_str(), s.digest.substr(0, 19).c_str(),
                 s.source.c_str(), s.spec.driver.c_str(), size_text(s.bytes).c_str(),
-                static_cast<unsigned long long>(s.copy_ms));
+                s.memory ? size_text(s.memory_bytes).c_str() : "-", static_cast<unsigned long long>(s.copy_ms));
 }
 
 }  // namespace
@@ -36,10 +36,11 @@ void register_snapshot(CLI::App& app, Globals& g, Outcome& out) {
   auto* sub = app.add_subcommand("snapshot", "Snapshot a sandbox's files (ID [NAME]), or list (ls) or remove (rm) snapshots");
   struct State {
     std::vector<std::string> args, names;
-    bool json = false;
+    bool json = false, memory = false;
   };
   auto st = std::make_shared<State>();
   sub->add_option("args", st->args, "ID [NAME]: the sandbox and the snapshot's name (default ID-<ms>)")->expected(1, 2);
+  sub->add_flag("--memory", st->memory, "save its memory and running processes too (runsc; see `sbx doctor`)");
 
   auto* ls = sub->add_subcommand("ls", "List snapshots, oldest first");
   ls->add_flag("--json", st->json, "JSON array, one object per snapshot");
@@ -72,7 +73,7 @@ void register_snapshot(CLI::App& app, Globals& g, Outcome& out) {
           .set_hint("sbx snapshot ID [NAME] | sbx snapshot ls | sbx snapshot rm NAME");
     Config cfg = load_config(g);
     std::string id = st->args[0];
-    auto snap = backend_for_existing(cfg, id)->snapshot(id, st->args.size() > 1 ? st->args[1] : "");
+    auto snap = backend_for_existing(cfg, id)->snapshot(id, st->args.size() > 1 ? st->args[1] : "", st->memory);
     std::printf("%s\n", snap.name.c_str());
     out.status = 0;
   });
@@ -81,14 +82,18 @@ void register_snapshot(CLI::App& app, Globals& g, Outcome& out) {
 void register_fork(CLI::App& app, Globals& g, Outcome& out) {
   auto* sub = app.add_subcommand("fork", "Start a new sandbox whose files are a copy of this one's; print its id");
   auto id = std::make_shared<std::string>();
+  auto memory = std::make_shared<bool>(false);
   sub->add_option("id", *id, "sandbox id (or name, or unambiguous prefix)")->required();
-  sub->callback([&g, &out, id] {
+  sub->add_flag("--memory", *memory, "copy its memory and running processes too (runsc; see `sbx doctor`)");
+  sub->callback([&g, &out, id, memory] {
     Config cfg = load_config(g);
     std::string ref = *id;
     bool tty = is_tty(2);
-    auto rec = backend_for_existing(cfg, ref)->fork(ref, [tty](const std::string& msg) {
-      if (tty) std::fprintf(stderr, "sbx: %s...\n", msg.c_str());
-    });
+    auto rec = backend_for_existing(cfg, ref)->fork(
+        ref, [tty](const std::string& msg) {
+          if (tty) std::fprintf(stderr, "sbx: %s...\n", msg.c_str());
+        },
+        *memory);
     std::printf("%s\n", rec.id.c_str());
     out.status = 0;
   });

@@ -169,8 +169,9 @@ _sbx()
         kill) opts="-s --signal" ;;
         ls) opts="--json -q --quiet -f --filter" ;;
         rm) opts="-f --force --all" ;;
-        start | pause | resume | fork) opts="" ;;
-        snapshot) opts="--json" ;;
+        start | pause | resume) opts="" ;;
+        fork) opts="--memory" ;;
+        snapshot) opts="--json --memory" ;;
         port-forward) opts="" ;;
         gc) opts="--dry-run --json" ;;
         doctor) opts="--json --driver --remote" ;;

@@ -2,9 +2,12 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
@@ -70,6 +73,31 @@ json AgentClient::ping(int timeout_ms, bool sync_first) {
   auto f = must_read(fd_.get());
   if (f.type == proto::Type::error) throw_remote(f);
   return f.json();
+}
+
+void AgentClient::detach(int timeout_ms) {
+  uint32_t ch = next_channel();
+  send_all(fd_.get(), proto::encode(proto::Type::detach, ch));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (bool answered = false;;) {
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+    pollfd p{fd_.get(), POLLIN, 0};
+    int n = ::poll(&p, 1, std::max(left, 0));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error(Errc::timeout, "the sandbox's agent did not let go of its host sockets within " +
+                                               std::to_string(timeout_ms) + " ms");
+    char c;
+    // The answer first, then the end of the stream: the agent closes its listener before this connection.
+    if (answered) {
+      ssize_t r = ::recv(fd_.get(), &c, 1, MSG_PEEK);
+      if (r == 0) return;
+      if (r < 0 && errno != EINTR && errno != EAGAIN) return;  // a reset stream is closed too
+    }
+    auto f = must_read(fd_.get());
+    if (f.type == proto::Type::error) throw_remote(f);
+    answered = answered || (f.channel == ch && f.type == proto::Type::ok);
+  }
 }
 
 ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {

@@ -48,6 +48,9 @@ class AgentClient {
   /// {version, running, uptime_ms, pid}; throws protocol/timeout when the agent does not answer in time.
   /// sync_first: the agent calls sync(2) before it answers (and says `synced`).
   nlohmann::json ping(int timeout_ms = 2000, bool sync_first = false);
+  /// Asks the agent to let go of every host socket (proto detach) and waits until it
+  /// has: the stream's end. It listens again at SIGUSR1. Throws conflict while another host is connected.
+  void detach(int timeout_ms = 5000);
   /// Runs a command, streaming through io; returns how it ended. A background
   /// request returns once it started: ExecResult::pid (or the reason in io.error).
   ExecResult exec(const ExecRequest& req, ExecIO& io);

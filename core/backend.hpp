@@ -96,9 +96,10 @@ class Backend {
   }
   /// Copies a running or paused sandbox's files into a snapshot named `name` (a made-up
   /// name when empty): paused for the copy, resumed after (also on failure) unless it was
-  /// paused already. A snapshot of that name is replaced.
-  virtual SnapshotInfo snapshot(const std::string& id, const std::string& name) {
-    (void)name;
+  /// paused already. A snapshot of that name is replaced. With `memory`, the sandbox's
+  /// memory and processes too (docs/snapshots.md: runsc), saved at the moment its files are.
+  virtual SnapshotInfo snapshot(const std::string& id, const std::string& name, bool memory) {
+    (void)name, (void)memory;
     throw Error(Errc::unavailable, "sbx snapshot " + id + ": not supported by the " + where() + " backend");
   }
   /// Every snapshot, oldest first.
@@ -109,9 +110,10 @@ class Backend {
   virtual void remove_snapshot(const std::string& name) {
     throw Error(Errc::unavailable, "sbx snapshot rm " + name + ": not supported by the " + where() + " backend");
   }
-  /// A new sandbox whose files are a copy of this one's now (a snapshot no name keeps).
-  virtual SandboxRecord fork(const std::string& id, const Progress& progress) {
-    (void)progress;
+  /// A new sandbox whose files (and with `memory` its running processes) are a copy of
+  /// this one's now (a snapshot no name keeps).
+  virtual SandboxRecord fork(const std::string& id, const Progress& progress, bool memory) {
+    (void)progress, (void)memory;
     throw Error(Errc::unavailable, "sbx fork " + id + ": not supported by the " + where() + " backend");
   }
   /// The sandbox's background processes (`sbx exec -d`), running and exited.

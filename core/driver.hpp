@@ -80,6 +80,25 @@ class Driver {
     throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot start a sandbox from a snapshot")
         .set_hint("snapshots work on the subprocess, runsc, microvm and deno drivers");
   }
+  /// Saves a running sandbox's memory and processes into the new directory `memory` and its
+  /// writable layer into the new file `layer`, at one stopped moment (`sbx snapshot --memory`);
+  /// the sandbox then runs on (rec's runtime fields may change). Throws unavailable when the
+  /// driver cannot, saying why.
+  virtual void checkpoint(SandboxRecord& rec, const std::string& /*dir*/, const std::string& /*memory*/,
+                          const std::string& /*layer*/) {
+    throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot save a sandbox's memory")
+        .set_hint("leave --memory out for a snapshot of its files; memory snapshots work on runsc (`sbx doctor`)");
+  }
+  /// After seed_layer, before start(): start() then resumes the checkpoint() in the directory
+  /// `memory` instead of booting, so the sandbox's processes run on from where they were.
+  virtual void seed_memory(SandboxRecord& rec, const std::string& /*dir*/, const std::string& /*memory*/) {
+    throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot restore a sandbox's memory");
+  }
+  /// Whether checkpoint() works on this host, and why not (doctor; advisory).
+  virtual Probe memory_snapshots() {
+    return {false, "memory snapshots (snapshot --memory)", "not on this driver: only runsc saves a sandbox's processes here",
+            "docs/snapshots.md says why", true};
+  }
   /// A note create shows before start() when starting takes a while (a VM boot).
   virtual std::optional<std::string> start_note(const SandboxSpec& /*spec*/) { return std::nullopt; }
 };

@@ -29,10 +29,10 @@ class LocalBackend : public Backend {
   SandboxRecord start(const std::string& id) override;
   SandboxRecord pause(const std::string& id) override;
   SandboxRecord resume(const std::string& id) override;
-  SnapshotInfo snapshot(const std::string& id, const std::string& name) override;
+  SnapshotInfo snapshot(const std::string& id, const std::string& name, bool memory) override;
   std::vector<SnapshotInfo> snapshots() override;
   void remove_snapshot(const std::string& name) override;
-  SandboxRecord fork(const std::string& id, const Progress& progress) override;
+  SandboxRecord fork(const std::string& id, const Progress& progress, bool memory) override;
   Fd open_port(const std::string& id, uint16_t port) override;
   void forward_port(const std::string& id, uint16_t port, int local_fd) override;
   GcReport gc(bool dry_run) override;
@@ -62,10 +62,14 @@ class LocalBackend : public Backend {
   /// Pauses rec (unless it is paused already) and runs copy() under its shared lock while
   /// it stays paused; resumes it after, also when copy throws, if this paused it.
   void while_paused(SandboxRecord& rec, const std::function<void()>& copy);
+  /// The driver's checkpoint of a running rec into `memory` (a new directory) and `layer`, under
+  /// its exclusive lock (no exec or copy may start while the agent lets go of the host); rec is saved after.
+  void checkpoint(SandboxRecord& rec, Driver& driver, const std::string& memory, const std::string& layer);
   /// For create --from: the snapshot's driver, image and disk size in spec; throws when they clash.
   SnapshotInfo apply_snapshot(SandboxSpec& spec);
-  /// Before start: the new sandbox's layer becomes a copy of its spec's snapshot's.
-  void seed_from_snapshot(const SandboxRecord& rec, Driver& driver, const std::string& dir);
+  /// Before start: the new sandbox's layer becomes a copy of its spec's snapshot's (and, for a
+  /// memory snapshot, start() resumes its checkpoint).
+  void seed_from_snapshot(SandboxRecord& rec, Driver& driver, const std::string& dir);
   /// Resumes rec first when it is paused (exec, cp and the rest need its agent); rec is re-read.
   void resume_if_paused(SandboxRecord& rec);
   /// A running sandbox's record and an agent connection, or a clear error.

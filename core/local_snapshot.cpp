@@ -1,12 +1,14 @@
 // LocalBackend's snapshots and forks (`sbx snapshot`, `sbx create --from`,
 // `sbx fork`): a snapshot is a copy of the sandbox's writable layer (its disk
 // image, core/snapshots.hpp), taken while the sandbox is paused and after a
-// sync(2), so every write that returned before the snapshot is in it. Memory
-// and running processes are not part of it (docs/snapshots.md says why).
+// sync(2), so every write that returned before the snapshot is in it. A memory
+// snapshot (`--memory`, runsc) adds the sandbox's memory and processes, saved by
+// the driver at the moment it copies the layer (docs/snapshots.md).
 #include <unistd.h>
 
 #include <chrono>
 
+#include "core/fsutil.hpp"
 #include "core/local_backend.hpp"
 
 namespace sbx {
@@ -51,7 +53,28 @@ void LocalBackend::while_paused(SandboxRecord& rec, const std::function<void()>&
   resume_after();
 }
 
-SnapshotInfo LocalBackend::snapshot(const std::string& id, const std::string& name) {
+void LocalBackend::checkpoint(SandboxRecord& rec, Driver& driver, const std::string& memory, const std::string& layer) {
+  Fd guard = registry_.lock(rec.id, true);
+  rec = registry_.get(rec.id);
+  if (rec.state != SandboxState::running)
+    throw Error(Errc::conflict, "cannot save sandbox " + rec.id + "'s memory: it is " + std::string(state_name(rec.state)))
+        .set_hint(rec.state == SandboxState::paused ? "`sbx resume " + rec.id + "` first" : "start it first");
+  make_dirs(memory, 0700);
+  try {
+    driver.checkpoint(rec, registry_.dir(rec.id), memory, layer);
+  } catch (const Error& e) {
+    // runsc ends the sandbox when its checkpoint fails: the record must say so, and why.
+    if (!driver.alive(rec)) {
+      rec.state = SandboxState::dead;
+      rec.error = std::string("lost saving its memory: ") + e.what();
+    }
+    registry_.save(rec);
+    throw;
+  }
+  registry_.save(rec);
+}
+
+SnapshotInfo LocalBackend::snapshot(const std::string& id, const std::string& name, bool memory) {
   SandboxRecord rec = get(id);
   SnapshotInfo info;
   info.name = name.empty() ? rec.id + "-" + std::to_string(now_ms()) : name;
@@ -61,13 +84,22 @@ SnapshotInfo LocalBackend::snapshot(const std::string& id, const std::string& na
   auto driver = driver_for(rec);
   SnapshotStore store(cfg_.state_dir);
   std::string tmp = store.temp_path();
+  std::string mem = memory ? tmp.substr(0, tmp.size() - 4) + ".mem" : "";
   auto t0 = std::chrono::steady_clock::now();
   try {
-    while_paused(rec, [&] {
-      with_context("copying sandbox " + rec.id + "'s files", [&] { driver->copy_layer(rec, registry_.dir(rec.id), tmp); });
-    });
+    if (memory) {
+      with_context("saving sandbox " + rec.id + "'s memory", [&] { checkpoint(rec, *driver, mem, tmp); });
+    } else {
+      while_paused(rec, [&] {
+        with_context("copying sandbox " + rec.id + "'s files", [&] { driver->copy_layer(rec, registry_.dir(rec.id), tmp); });
+      });
+    }
   } catch (...) {
     ::unlink(tmp.c_str());
+    try {
+      if (memory) remove_tree(mem);
+    } catch (const Error&) {
+    }
     throw;
   }
   info.copy_ms = static_cast<uint64_t>(
@@ -77,7 +109,7 @@ SnapshotInfo LocalBackend::snapshot(const std::string& id, const std::string& na
   info.spec.name.clear();  // a sandbox's name is its own; a fork gets none unless asked
   info.uid_base = rec.uid_base;
   info.created_ms = now_ms();
-  return store.add(tmp, info);
+  return store.add(tmp, info, mem);
 }
 
 std::vector<SnapshotInfo> LocalBackend::snapshots() { return SnapshotStore(cfg_.state_dir).list(); }
@@ -93,21 +125,24 @@ SnapshotInfo LocalBackend::apply_snapshot(SandboxSpec& spec) {
   spec.driver = snap.spec.driver;
   // Its files sit on top of the image they were written over, in a layer of the snapshot's size.
   spec.limits.disk_mb = snap.spec.limits.disk_mb;
-  spec.from_snapshot = snap.digest;
+  // A layer is content-addressed, so its digest names it; a checkpoint is only under its name
+  // (a files-only snapshot of the same files has the same digest).
+  spec.from_snapshot = snap.memory ? snap.name : snap.digest;
   return snap;
 }
 
-void LocalBackend::seed_from_snapshot(const SandboxRecord& rec, Driver& driver, const std::string& dir) {
+void LocalBackend::seed_from_snapshot(SandboxRecord& rec, Driver& driver, const std::string& dir) {
   SnapshotStore store(cfg_.state_dir);
   SnapshotInfo snap = store.get(rec.spec.from_snapshot);
   with_context("copying snapshot " + snap.name + " into sandbox " + rec.id,
                [&] { driver.seed_layer(rec, dir, store.layer_path(snap), snap.uid_base); });
+  if (snap.memory) driver.seed_memory(rec, dir, store.memory_path(snap));
 }
 
-SandboxRecord LocalBackend::fork(const std::string& id, const Progress& progress) {
+SandboxRecord LocalBackend::fork(const std::string& id, const Progress& progress, bool memory) {
   SandboxRecord src = get(id);
   std::string name = "fork-" + new_sandbox_id();
-  SnapshotInfo snap = snapshot(src.id, name);
+  SnapshotInfo snap = snapshot(src.id, name, memory);
   SandboxSpec spec = snap.spec;
   spec.from_snapshot = snap.name;
   try {

@@ -12,7 +12,7 @@
 namespace sbx::proto {
 
 bool known_type(uint8_t t) {
-  return (t >= 0x01 && t <= 0x0D) || (t >= 0x81 && t <= 0x89);
+  return (t >= 0x01 && t <= 0x0E) || (t >= 0x81 && t <= 0x89);
 }
 
 nlohmann::json Frame::json() const {

@@ -38,6 +38,7 @@ enum class Type : uint8_t {
   proc_attach = 0x0B, ///< json: {pid, follow, input, tail_lines}: started {pid}, kept then live output, exit (or end when not following); with input, stdin/resize/signal frames follow on the channel; end from the host detaches
   proc_signal = 0x0C, ///< json: {pid, signal}: to the background process's whole tree; answered ok
   connect = 0x0D,     ///< json: {port}: a TCP connection to 127.0.0.1:port in the sandbox; answered ok, then data both ways, end = that side's EOF; error from the host aborts it; signal SIGSTOP/SIGCONT pauses/resumes reading its socket
+  detach = 0x0E,      ///< answered ok, then the agent closes every host connection and its listening socket, and listens again at SIGUSR1 (runsc checkpoint cannot save host sockets); refused (conflict) while another host is connected
   // agent -> host
   started = 0x81,      ///< json: {pid}
   stdout_data = 0x82,  ///< raw

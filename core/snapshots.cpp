@@ -20,7 +20,8 @@ using nlohmann::json;
 void to_json(json& j, const SnapshotInfo& s) {
   j = json{{"name", s.name},         {"digest", s.digest},         {"source", s.source},
            {"spec", s.spec},         {"uid_base", s.uid_base},     {"created_ms", s.created_ms},
-           {"bytes", s.bytes},       {"copy_ms", s.copy_ms}};
+           {"bytes", s.bytes},       {"copy_ms", s.copy_ms},       {"memory", s.memory}};
+  if (s.memory) j["memory_bytes"] = s.memory_bytes;
 }
 void from_json(const json& j, SnapshotInfo& s) {
   s.name = j.at("name").get<std::string>();
@@ -31,6 +32,8 @@ void from_json(const json& j, SnapshotInfo& s) {
   s.created_ms = j.value("created_ms", int64_t{0});
   s.bytes = j.value("bytes", uint64_t{0});
   s.copy_ms = j.value("copy_ms", uint64_t{0});
+  s.memory = j.value("memory", false);
+  s.memory_bytes = j.value("memory_bytes", uint64_t{0});
 }
 
 void check_snapshot_name(const std::string& name) {
@@ -80,12 +83,37 @@ void fsync_path(const std::string& path) {
   if (!f || ::fsync(f.get()) != 0) throw sys_error("syncing " + path, errno);
 }
 
+// A checkpoint directory is flat (runsc writes checkpoint.img and, in newer releases, a few more files).
+template <class F>
+void each_file(const std::string& dir, F&& f) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) throw sys_error("reading " + dir, errno);
+  while (dirent* e = ::readdir(d)) {
+    struct stat st {};
+    std::string path = dir + "/" + e->d_name;
+    if (e->d_name[0] != '.' && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) f(path, st);
+  }
+  ::closedir(d);
+}
+
+uint64_t tree_bytes(const std::string& dir) {
+  uint64_t n = 0;
+  each_file(dir, [&](const std::string&, const struct stat& st) { n += static_cast<uint64_t>(st.st_size); });
+  return n;
+}
+
+void sync_tree(const std::string& dir) {
+  each_file(dir, [](const std::string& path, const struct stat&) { fsync_path(path); });
+  fsync_path(dir);
+}
+
 }  // namespace
 
 SnapshotStore::SnapshotStore(const std::string& state_root) : root_(state_root + "/snapshots") {
   make_dirs(root_ + "/layers", 0700);
   make_dirs(root_ + "/refs", 0700);
   make_dirs(root_ + "/tmp", 0700);
+  make_dirs(root_ + "/memory", 0700);
 }
 
 std::string SnapshotStore::temp_path() const { return root_ + "/tmp/" + new_sandbox_id() + ".img"; }
@@ -94,11 +122,21 @@ std::string SnapshotStore::layer_path(const SnapshotInfo& s) const {
   return root_ + "/layers/" + s.digest.substr(s.digest.find(':') + 1) + ".img";
 }
 
-SnapshotInfo SnapshotStore::add(const std::string& temp, SnapshotInfo info) {
+std::string SnapshotStore::memory_path(const SnapshotInfo& s) const { return root_ + "/memory/" + s.name; }
+
+SnapshotInfo SnapshotStore::add(const std::string& temp, SnapshotInfo info, const std::string& memory) {
   check_snapshot_name(info.name);
   try {
     info.digest = layer_digest(temp, info.bytes);
+    info.memory = !memory.empty();
+    if (info.memory) info.memory_bytes = tree_bytes(memory);
     Fd guard = lock_file(root_ + "/lock");
+    // The name's old checkpoint goes (a files-only snapshot of that name has none); the new one takes its place.
+    remove_tree(memory_path(info));
+    if (info.memory) {
+      sync_tree(memory);
+      if (::rename(memory.c_str(), memory_path(info).c_str()) != 0) throw sys_error("installing " + memory_path(info), errno);
+    }
     std::string layer = layer_path(info);
     if (path_exists(layer)) {
       ::unlink(temp.c_str());  // the same files are there already
@@ -115,6 +153,11 @@ SnapshotInfo SnapshotStore::add(const std::string& temp, SnapshotInfo info) {
     }
   } catch (...) {
     ::unlink(temp.c_str());
+    try {
+      if (!memory.empty()) remove_tree(memory);
+    } catch (const Error&) {
+      // The filing's error is the one to report; gc does not look in tmp/ for directories.
+    }
     throw;
   }
   return info;
@@ -164,6 +207,7 @@ void SnapshotStore::remove(const std::string& name) {
   Fd guard = lock_file(root_ + "/lock");
   SnapshotInfo s = get(name);
   if (::unlink((root_ + "/refs/" + s.name + ".json").c_str()) != 0) throw sys_error("removing snapshot " + s.name, errno);
+  remove_tree(memory_path(s));
   for (auto& other : list())
     if (other.digest == s.digest) return;  // another name keeps the layer
   ::unlink(layer_path(s).c_str());

@@ -2,6 +2,7 @@
 // so they outlive the manager and the host's reboots:
 //   <state>/snapshots/layers/<sha256>.img  a writable layer's disk image, content-addressed
 //   <state>/snapshots/refs/<name>.json     a name for one, with the spec it was taken under
+//   <state>/snapshots/memory/<name>/       a memory snapshot's checkpoint (runsc's image files), one per name
 // Two snapshots with the same files share one layer; a layer goes with its last name.
 #pragma once
 
@@ -23,6 +24,8 @@ struct SnapshotInfo {
   int64_t created_ms = 0;
   uint64_t bytes = 0;         ///< data the layer holds (its holes excluded)
   uint64_t copy_ms = 0;       ///< how long the sandbox was paused for the copy
+  bool memory = false;        ///< its memory and processes are saved too (checkpoint under memory/<name>/)
+  uint64_t memory_bytes = 0;  ///< size of that checkpoint
 };
 
 void to_json(nlohmann::json& j, const SnapshotInfo& s);
@@ -34,8 +37,9 @@ class SnapshotStore {
   /// A fresh path for a layer copy in progress, on the same filesystem as the layers.
   std::string temp_path() const;
   /// Files the copy at `temp` under its content address and names it info.name
-  /// (replacing a snapshot of that name). Fills digest and bytes.
-  SnapshotInfo add(const std::string& temp, SnapshotInfo info);
+  /// (replacing a snapshot of that name). Fills digest and bytes. For a memory
+  /// snapshot, `memory` is the directory of its checkpoint, moved under the name.
+  SnapshotInfo add(const std::string& temp, SnapshotInfo info, const std::string& memory = "");
   std::vector<SnapshotInfo> list() const;
   /// By name, or by digest ("sha256:…", or an unambiguous prefix of its hex).
   std::optional<SnapshotInfo> find(const std::string& ref) const;
@@ -43,6 +47,8 @@ class SnapshotStore {
   SnapshotInfo get(const std::string& ref) const;
   /// The layer image of a snapshot.
   std::string layer_path(const SnapshotInfo& s) const;
+  /// The checkpoint directory of a memory snapshot.
+  std::string memory_path(const SnapshotInfo& s) const;
   /// Removes a name; its layer too when no other name uses it.
   void remove(const std::string& name);
 

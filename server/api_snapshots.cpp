@@ -16,8 +16,17 @@ bool may_use(const ApiKey& key, const SnapshotInfo& s) {
 }  // namespace
 
 HttpResponse Api::snapshot_action(const HttpRequest& req, const SandboxRecord& rec, const std::string& sub) {
-  if (sub == "fork") return json_response(201, public_record(backend_.fork(rec.id, nullptr)));
   json body = req.body.empty() ? json::object() : parse_body(req);
+  // `memory`: the sandbox's processes too (runsc; 503 with the reason where the driver cannot).
+  if (body.contains("memory") && !body["memory"].is_boolean())
+    throw Error(Errc::invalid_argument, "memory must be true or false");
+  bool memory = body.value("memory", false);
+  if (sub == "fork") {
+    reject_unknown_fields(body, {"memory"}, "fork request");
+    return json_response(201, public_record(backend_.fork(rec.id, nullptr, memory)));
+  }
+  reject_unknown_fields(body, {"name", "memory"}, "snapshot request");
+  if (body.contains("name") && !body["name"].is_string()) throw Error(Errc::invalid_argument, "name must be a string");
   std::string name = body.value("name", "");
   if (!name.empty()) {
     // Replacing a snapshot is for its owner only.
@@ -25,7 +34,7 @@ HttpResponse Api::snapshot_action(const HttpRequest& req, const SandboxRecord& r
       if (s.name == name && !may_use(*req.key, s))
         throw Error(Errc::conflict, "snapshot name '" + name + "' is taken").set_hint("choose another name");
   }
-  return json_response(201, json(backend_.snapshot(rec.id, name)));
+  return json_response(201, json(backend_.snapshot(rec.id, name, memory)));
 }
 
 void Api::check_snapshot_access(const HttpRequest& req, const std::string& ref) {

@@ -85,7 +85,9 @@ void kill_pinned(pid_t pid, uint64_t start, int timeout_ms) {
   }
 }
 
-RunResult run(const std::vector<std::string>& argv, const RunOptions& opts) {
+RunResult run(const std::vector<std::string>& argv, const RunOptions& opts) { return run(argv, opts, nullptr); }
+
+RunResult run(const std::vector<std::string>& argv, const RunOptions& opts, const std::function<bool()>& ready) {
   using namespace std::chrono;
   // Everything the child needs is built before fork: after fork in a possibly
   // multi-threaded process only raw system calls are safe.
@@ -156,9 +158,13 @@ RunResult run(const std::vector<std::string>& argv, const RunOptions& opts) {
         r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         return r;
       }
+      if (ready && ready()) {
+        r.ready = true;
+        break;
+      }
     }
   }
-  if (r.timed_out) {
+  if (r.timed_out || r.ready) {
     ::kill(-pid, SIGKILL);
     ::kill(pid, SIGKILL);
   }

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,11 +49,16 @@ struct RunOptions {
 struct RunResult {
   int status = -1;       ///< exit code; 128+N when killed by signal N
   bool timed_out = false;
+  bool ready = false;    ///< run()'s `ready` said so before the tool exited
   std::string output;    ///< stdout+stderr, when captured (capped at 64 KiB)
 };
 
 /// Runs argv (argv[0] a path) with stdin from /dev/null and waits for it.
 /// Throws only when it cannot be started at all.
 RunResult run(const std::vector<std::string>& argv, const RunOptions& opts = {});
+/// run() with an output_fd, asking `ready` every 20 ms while the tool runs; once it is true the
+/// wait ends and the tool's process group is killed (RunResult::ready): for a tool that did
+/// its work but does not exit (this runsc's restore --detach).
+RunResult run(const std::vector<std::string>& argv, const RunOptions& opts, const std::function<bool()>& ready);
 
 }  // namespace sbx::proc

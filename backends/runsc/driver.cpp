@@ -13,8 +13,10 @@
 #include <cerrno>
 #include <exception>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -26,8 +28,10 @@
 #include "backends/common/probes.hpp"
 #include "backends/common/process.hpp"
 #include "backends/runsc/bundle.hpp"
+#include "backends/runsc/checkpoint.hpp"
 #include "backends/runsc/runsc.hpp"
 #include "core/agent_binary.hpp"
+#include "core/agent_client.hpp"
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "core/unix_socket.hpp"
@@ -49,13 +53,6 @@ Limits with_runtime_allowance(Limits l) {
   return l;
 }
 
-
-std::string tail(const std::string& path, size_t max = 1500) {
-  auto text = read_file_if_exists(path).value_or("");
-  if (text.size() > max) text = "..." + text.substr(text.size() - max);
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text.empty() ? "(empty log)" : text;
-}
 
 void unmount(const std::string& path) {
   // Lazy: a process that still holds it (a gofer being reaped) cannot make teardown fail.
@@ -130,10 +127,7 @@ class RunscDriver : public Driver {
     std::string layer = dir + "/layer", rootfs = dir + "/rootfs", sock = dir + "/sock", bundle = dir + "/bundle";
     for (auto* d : {&layer, &rootfs, &bundle}) make_dirs(*d, 0700);
     make_dirs(sock, 0700);
-    // A persistent sandbox started again: its share is still locked and holds the old, dead socket.
-    ::unlink((sock + "/agent.sock").c_str());
-    if (::chown(sock.c_str(), 0, 0) != 0 || ::chmod(sock.c_str(), 0700) != 0)
-      throw sys_error("unlocking the agent's share " + sock, errno);
+    unlock_share(sock);
     with_context("preparing the sandbox's disk", [&] {
       disk::Loop loop = disk::attach(disk::ensure_image(cfg_.state_dir, dir, rec.spec.limits.disk_mb));
       disk::mount(loop, layer);  // from here the mount holds the device; the fd closes on return
@@ -195,44 +189,101 @@ class RunscDriver : public Driver {
       // shows in every namespace (gVisor issue 10704), and then refuses the jail's.
       // run_hiding_proc_sys_net starts it where an empty tmpfs hides /proc/sys/net.
     }
-    // --pid-file rather than a `runsc state` afterwards: another runsc start costs ~40 ms.
+    pid_t pid = 0;
+    std::string image = str(rec, "restore_from", "");
+    if (!image.empty()) {
+      pid = runsc::restore({args, rec.id, dir}, image, group, kStartTimeoutMs);
+      rec.driver_data.erase("restore_from");
+    } else {
+      pid = run_container(rec, dir, args, o, jailed);
+    }
+    fault::point("create.runsc");
+    rec.agent_pid = pid;
+    rec.agent_start = proc::start_time(pid);
+    if (!rec.agent_start) throw Error(Errc::io, "the runsc sandbox exited at once: " + log_tail(log));
+    await_agent_socket(sock, [&] { return alive(rec); }, log, kStartTimeoutMs);
+  }
+
+  // `runsc run`: the sandbox's pid, from --pid-file rather than a `runsc state` afterwards
+  // (another runsc start costs ~40 ms).
+  pid_t run_container(const SandboxRecord& rec, const std::string& dir, std::vector<std::string> args,
+                      const proc::RunOptions& o, bool jailed) {
+    std::string log = dir + "/agent.log";
     for (auto a : {"run", "--detach", "--pid-file"}) args.push_back(a);
     args.push_back(dir + "/sandbox.pid");
     args.push_back("--bundle");
-    args.push_back(bundle);
+    args.push_back(dir + "/bundle");
     args.push_back(rec.id);
     auto r = jailed ? run_hiding_proc_sys_net(args, o) : proc::run(args, o);
     if (r.timed_out)
       throw Error(Errc::timeout, "runsc did not start the sandbox within " + std::to_string(kStartTimeoutMs / 1000) +
-                                     " s on platform " + platform.name + " (" + platform.why + ")")
-          .set_hint("try SBX_RUNSC_PLATFORM=ptrace; log: " + tail(log, 400));
-    if (r.status != 0) throw Error(Errc::io, "runsc run failed (exit " + std::to_string(r.status) + "): " + tail(log));
-    fault::point("create.runsc");
-
+                                     " s on platform " + str(rec, "platform", "?"))
+          .set_hint("try SBX_RUNSC_PLATFORM=ptrace; log: " + log_tail(log, 400));
+    if (r.status != 0) throw Error(Errc::io, "runsc run failed (exit " + std::to_string(r.status) + "): " + log_tail(log));
     pid_t pid = 0;
-    auto pid_text = read_file_if_exists(dir + "/sandbox.pid").value_or("");
     try {
-      pid = static_cast<pid_t>(std::stol(pid_text));
+      pid = static_cast<pid_t>(std::stol(read_file_if_exists(dir + "/sandbox.pid").value_or("")));
     } catch (const std::exception&) {
     }
-    if (pid <= 0) throw Error(Errc::io, "runsc run left no sandbox pid in " + dir + "/sandbox.pid: " + tail(log));
-    rec.agent_pid = pid;
-    rec.agent_start = proc::start_time(pid);
-    if (!rec.agent_start) throw Error(Errc::io, "the runsc sandbox exited at once: " + tail(log));
-    // The agent creates its socket only once its seccomp filter is loaded, so
-    // waiting for it tells a confined agent from one that gave up (its reason is in the log).
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStartTimeoutMs);
-    for (int us = 200; !path_exists(sock + "/agent.sock"); us = std::min(us * 2, 2'000)) {
-      if (!alive(rec)) throw Error(Errc::unavailable, "the sandbox's agent exited while starting: " + tail(log));
-      if (std::chrono::steady_clock::now() > deadline)
-        throw Error(Errc::timeout, "the sandbox's agent made no socket within 30 s: " + tail(log));
-      std::this_thread::sleep_for(std::chrono::microseconds(us));
+    if (pid <= 0) throw Error(Errc::io, "runsc run left no sandbox pid in " + dir + "/sandbox.pid: " + log_tail(log));
+    return pid;
+  }
+
+  void checkpoint(SandboxRecord& rec, const std::string& dir, const std::string& memory,
+                  const std::string& layer) override {
+    if (auto why = memory_snapshots_off())
+      throw Error(Errc::unavailable, "memory snapshots on runsc are off: " + *why)
+          .set_hint("snapshot its files only (leave --memory out); docs/snapshots.md");
+    check_saveable(rec);
+    Container c{runsc_global(rec), rec.id, dir};
+    AgentClient(connect(rec, dir)).detach();
+    try {
+      runsc::checkpoint(c, memory);
+    } catch (Error& e) {
+      // This runsc ends the sandbox when a checkpoint fails; one that survived gets its agent back.
+      if (alive(rec)) {
+        unlock_share(dir + "/sock");
+        runsc(rec, {"kill", rec.id, "USR1"});
+        await_agent_socket(dir + "/sock", [&] { return alive(rec); }, dir + "/agent.log", 10'000);
+      } else {
+        e.add_context("the sandbox ended with it");
+      }
+      throw;
     }
-    // The share stays writable only until the socket exists: then it belongs
-    // to nobody, so sandboxed code (uid 0 without capabilities) cannot replace
-    // the agent's socket with one of its own.
-    if (::chown(sock.c_str(), 65534, 65534) != 0 || ::chmod(sock.c_str(), 0555) != 0)
-      throw sys_error("locking the agent's share " + sock, errno);
+    // The sentry exits once it saved: then nothing writes the layer, and the copy is of that moment.
+    proc::kill_pinned(rec.agent_pid, rec.agent_start, 10'000);
+    ::sync();
+    disk::copy_image(disk::image_path(dir), layer);
+    // The source runs on from its own checkpoint, as every copy will.
+    runsc(rec, {"delete", "--force", rec.id});
+    unlock_share(dir + "/sock");
+    auto group = cgroup::Group::open(str(rec, "cgroup_scope", scope()), rec.id);
+    rec.agent_pid = runsc::restore(c, memory, group, kStartTimeoutMs);
+    rec.agent_start = proc::start_time(rec.agent_pid);
+    await_agent_socket(dir + "/sock", [&] { return alive(rec); }, dir + "/agent.log", kStartTimeoutMs);
+  }
+
+  void seed_memory(SandboxRecord& rec, const std::string& /*dir*/, const std::string& memory) override {
+    if (auto why = memory_snapshots_off()) throw Error(Errc::unavailable, "memory snapshots on runsc are off: " + *why);
+    check_saveable(rec);
+    rec.driver_data["restore_from"] = memory;
+  }
+
+  Probe memory_snapshots() override {
+    auto why = memory_snapshots_off();
+    return {!why, "memory snapshots (snapshot --memory)",
+            why ? *why : "runsc checkpoint/restore (experimental, SBX_RUNSC_MEMORY_SNAPSHOTS=1); network none only",
+            "docs/snapshots.md", true};
+  }
+
+  // Off unless asked for: on this host (runsc 20221219, ptrace) the checkpoint works, but
+  // `runsc restore` of it in the sandbox's bundle fails with "cannot allocate memory", and
+  // the checkpoint has ended the source by then, so a try loses the sandbox.
+  static std::optional<std::string> memory_snapshots_off() {
+    const char* on = std::getenv("SBX_RUNSC_MEMORY_SNAPSHOTS");
+    if (on && std::string(on) == "1") return std::nullopt;
+    return "runsc restore of sbx's checkpoints fails here (\"cannot allocate memory\"), and the checkpoint ends "
+           "the sandbox (SBX_RUNSC_MEMORY_SNAPSHOTS=1 tries anyway)";
   }
 
   // Where this runsc rejects statx(AT_NO_AUTOMOUNT), GNU ls and stat fail on
@@ -357,6 +408,19 @@ class RunscDriver : public Driver {
     return call(global_args(find_binary(), str(rec, "runsc_root", root_dir(cfg_.state_dir)),
                             str(rec, "platform", "ptrace")),
                 args);
+  }
+
+  std::vector<std::string> runsc_global(const SandboxRecord& rec) const {
+    return global_args(find_binary(), str(rec, "runsc_root", root_dir(cfg_.state_dir)), str(rec, "platform", "ptrace"));
+  }
+
+  // A jailed sandbox's network is the netstack's state over the jail's veth (--network=sandbox):
+  // whether this runsc restores that into another namespace is not known, so it is refused.
+  static void check_saveable(const SandboxRecord& rec) {
+    if (rec.spec.network != "none")
+      throw Error(Errc::unavailable, "memory snapshots on runsc need --network none (this sandbox's is " +
+                                         rec.spec.network + ")")
+          .set_hint("snapshot its files only (leave --memory out), or create the sandbox with --network none");
   }
 
   void runsc_state_change(const SandboxRecord& rec, const std::string& verb) {

@@ -29,7 +29,9 @@ std::string find_binary() {
 }
 
 std::string version(const std::string& bin, bool* ok) {
-  auto r = proc::run({bin, "--version"}, {5000, -1, nullptr});
+  proc::RunOptions o;
+  o.timeout_ms = 5000;
+  auto r = proc::run({bin, "--version"}, o);
   *ok = r.status == 0;
   std::string line = r.output.substr(0, r.output.find('\n'));
   if (!*ok) return "`" + bin + " --version` failed (" + std::to_string(r.status) + "): " + line;

@@ -28,7 +28,7 @@ const Type kAllTypes[] = {Type::exec,    Type::stdin_data,  Type::stdin_eof,   T
                           Type::file_write, Type::list,     Type::ping,        Type::started, Type::stdout_data,
                           Type::stderr_data, Type::exit,    Type::data,        Type::end,    Type::ok,
                           Type::error,   Type::entries, Type::resize, Type::proc_list, Type::proc_attach,
-                          Type::proc_signal, Type::connect};
+                          Type::proc_signal, Type::connect, Type::detach};
 
 // A header with arbitrary fields, for frames encode() would never produce.
 std::string raw_header(uint32_t len, uint8_t type, uint32_t channel) {
@@ -64,7 +64,7 @@ TEST_CASE("protocol: known_type accepts exactly the defined types", "[protocol]"
     if (sbx::proto::known_type(static_cast<uint8_t>(t))) ++known;
   CHECK(known == static_cast<int>(std::size(kAllTypes)));
   for (Type t : kAllTypes) CHECK(sbx::proto::known_type(static_cast<uint8_t>(t)));
-  for (int t : {0x00, 0x0e, 0x10, 0x7f, 0x80, 0x8a, 0xff}) CHECK_FALSE(sbx::proto::known_type(static_cast<uint8_t>(t)));
+  for (int t : {0x00, 0x0f, 0x10, 0x7f, 0x80, 0x8a, 0xff}) CHECK_FALSE(sbx::proto::known_type(static_cast<uint8_t>(t)));
 }
 
 TEST_CASE("protocol: header layout is big-endian length, type, big-endian channel", "[protocol]") {
@@ -222,7 +222,7 @@ TEST_CASE("protocol: Decoder refuses an oversized length as soon as the header i
 }
 
 TEST_CASE("protocol: Decoder refuses an unknown type", "[protocol]") {
-  for (uint8_t t : {uint8_t{0x00}, uint8_t{0x0e}, uint8_t{0x80}, uint8_t{0x8a}, uint8_t{0xff}}) {
+  for (uint8_t t : {uint8_t{0x00}, uint8_t{0x0f}, uint8_t{0x80}, uint8_t{0x8a}, uint8_t{0xff}}) {
     CAPTURE(static_cast<int>(t));
     Decoder d;
     std::string h = raw_header(0, t, 1);
