@@ -59,8 +59,7 @@ def test_cycles_leave_nothing_behind(managers, driver):
             assert r.status == 201, f"create of cycle {made} failed: {r!r}"
             sid = r.json()["id"]
             out = m.exec(sid, probe, timeout=120)
-            assert out.get("exit_code") == 0 and out.get("stdout") == "ok
-", f"cycle {made}: {out}"
+            assert out.get("exit_code") == 0 and out.get("stdout") == "ok\n", f"cycle {made}: {out}"
             r = m.delete(sid)
         assert r.status == 200, r
         return sid
