@@ -35,7 +35,7 @@ from manager_fixtures import (HOST, NDJSON, Manager, Resp, assert_error, clients
 RECORD_KEYS = {"id", "spec", "state", "created_ms", "last_active_ms", "error", "from_pool",
                # the platform's sandbox object, beside ours
                "status", "created_at", "last_activity", "label", "persistent"}
-SPEC_KEYS = {"name", "driver", "image", "limits", "network", "idle_timeout_s", "ttl_s", "persistent", "env", "labels",
+SPEC_KEYS = {"name", "driver", "image", "limits", "network", "idle_timeout_s", "idle_action", "ttl_s", "persistent", "env", "labels",
              "workdir", "allow"}
 HOST_PRIVATE = {"agent_pid", "agent_start", "uid", "uid_base", "slot", "driver_data", "pid"}
 EXEC_KEYS = {"exit_code", "signal", "timed_out", "oom_killed", "duration_ms", "error"}
