@@ -30,7 +30,11 @@ def test_stress_ng_class_capped_neighbour_answers(managers, driver, stressor):
     status, body, lat = offend(m, neighbour, offender, stress_argv(stressor), timeout_s=STRESS_SECONDS + 30)
     hits = cap_hits(m.state_dir, offender)
     # On runsc the memory or pids cap may hold by ending the sandbox (gVisor's own processes fall too).
-    if not (driver == "runsc" and cap in ("memory", "pids") and ended_by_host_cap(status, body)):
+    # The kernel's OOM killer may also pick stress-ng's own parent over its hogs (a loaded host makes
+    # that likelier): the cap then holds by ending the command, named oom_killed (a CI run saw it).
+    ended = driver == "runsc" and cap in ("memory", "pids") and ended_by_host_cap(status, body)
+    ended = ended or (cap == "memory" and status == 200 and body.get("oom_killed") and body.get("exit_code") == 137)
+    if not ended:
         assert status == 200, body
         out = body["stdout"] + body["stderr"]
         assert body["exit_code"] == 0 and "successful run completed" in out, summary(body)
