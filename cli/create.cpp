@@ -5,6 +5,19 @@
 
 namespace sbx::cli {
 
+namespace {
+// The driver of a snapshot: this host's, else "remote" when the manager holds it.
+std::string snapshot_driver(const Config& cfg, const std::string& ref) {
+  SnapshotStore store(cfg.state_dir);
+  if (auto here = store.find(ref)) return here->spec.driver;
+  auto backends = all_backends(cfg);
+  for (size_t i = 1; i < backends.size(); ++i)  // [0] is this host
+    for (auto& s : backends[i]->snapshots())
+      if (s.name == ref || s.digest == ref) return s.spec.driver;
+  return store.get(ref).spec.driver;  // not_found, with its hint
+}
+}  // namespace
+
 void register_create(CLI::App& app, Globals& g, Outcome& out) {
   auto* sub = app.add_subcommand("create", "Create a sandbox and print its id");
   auto flags = std::make_shared<SpecFlags>();
@@ -19,7 +32,7 @@ void register_create(CLI::App& app, Globals& g, Outcome& out) {
     Config cfg = load_config(g, flags->driver);
     if (!flags->from.empty() && flags->driver.empty()) {
       // The snapshot's driver, unless --driver says otherwise (then create refuses the clash).
-      flags->driver = SnapshotStore(cfg.state_dir).get(flags->from).spec.driver;
+      flags->driver = snapshot_driver(cfg, flags->from);
       cfg = load_config(g, flags->driver);
     }
     SandboxSpec spec = spec_from_flags(*flags);

@@ -3,11 +3,7 @@
 // and `sbx fork ID` start sandboxes from them (docs/snapshots.md).
 #include <cstdio>
 
-#include <fmt/core.h>
-
-#include "backends/drivers.hpp"
 #include "cli/common.hpp"
-#include "core/local_backend.hpp"
 
 namespace sbx::cli {
 
@@ -46,21 +42,28 @@ void register_snapshot(CLI::App& app, Globals& g, Outcome& out) {
   ls->add_flag("--json", st->json, "JSON array, one object per snapshot");
   ls->callback([&g, &out, st] {
     Config cfg = load_config(g);
-    print_snapshots(LocalBackend(cfg, builtin_drivers()).snapshots(), st->json);
+    std::vector<SnapshotInfo> snaps;  // this host's, then the manager's (driver "remote")
+    for (auto& backend : all_backends(cfg))
+      for (auto& s : backend->snapshots()) snaps.push_back(std::move(s));
+    print_snapshots(snaps, st->json);
     out.status = 0;
   });
   auto* rm = sub->add_subcommand("rm", "Remove snapshots (a layer goes with its last name)");
   rm->add_option("names", st->names, "snapshot names")->required();
   rm->callback([&g, &out, st] {
     Config cfg = load_config(g);
-    LocalBackend local(cfg, builtin_drivers());
+    auto backends = all_backends(cfg);  // this host first; a name it lacks may be the manager's
     int failures = 0;
     for (auto& n : st->names) {
-      try {
-        local.remove_snapshot(n);
-      } catch (const Error& e) {
-        print_error(e);
-        ++failures;
+      for (size_t i = 0; i < backends.size(); ++i) {
+        try {
+          backends[i]->remove_snapshot(n);
+          break;
+        } catch (const Error& e) {
+          if (e.code() == Errc::not_found && i + 1 < backends.size()) continue;
+          print_error(e);
+          ++failures;
+        }
       }
     }
     out.status = failures ? exit_status(Errc::not_found) : 0;

@@ -118,6 +118,7 @@ json spec_request_json(const SandboxSpec& spec) {
   if (!spec.labels.empty()) j["labels"] = spec.labels;
   if (!spec.workdir.empty()) j["workdir"] = spec.workdir;
   if (!spec.allow.empty()) j["allow"] = spec.allow;
+  if (!spec.from_snapshot.empty()) j["from_snapshot"] = spec.from_snapshot;
   return j;
 }
 

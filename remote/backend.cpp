@@ -37,6 +37,7 @@ using remote_http::Request;
 using remote_http::Response;
 using remote_http::perform;
 using remote_http::url_escape;
+using remote_http::decode;
 
 bool tls_failure(CURLcode rc) {
   return rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_SSL_CACERT_BADFILE ||
@@ -90,16 +91,6 @@ Response perform_checked(const Request& req) {
   if (res.rc != CURLE_OK) throw_transport(req, res);
   if (res.status < 200 || res.status >= 300) throw_http(req, res);
   return res;
-}
-
-// Converts whatever a malformed answer throws into one protocol error.
-template <class F>
-auto decode(const std::string& what, F&& f) {
-  try {
-    return f();
-  } catch (const std::exception& e) {
-    throw Error(Errc::protocol, "the manager sent " + what + " sbx cannot read: " + e.what());
-  }
 }
 
 // Hides user:password@ of a URL in anything shown.
@@ -197,6 +188,11 @@ SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
   json body = spec_body(spec);
   json answer = call_json("POST", "/v1/sandboxes", &body);
   auto rec = as_seen_here(decode("a sandbox record", [&] { return answer.get<SandboxRecord>(); }));
+  remember_or_remove(rec);
+  return rec;
+}
+
+void RemoteBackend::remember_or_remove(const SandboxRecord& rec) {
   try {
     remember_remote(state_dir_, rec.id, url_, rec.spec.name);
   } catch (Error& e) {
@@ -208,7 +204,6 @@ SandboxRecord RemoteBackend::create(const SandboxSpec& spec, const Progress&) {
     e.add_context("sandbox " + rec.id + " was removed again: its location cannot be recorded in " + state_dir_);
     throw;
   }
-  return rec;
 }
 
 std::optional<ExecResult> RemoteBackend::stream_exec(const std::string& path, const json* body, ExecIO& io) {

@@ -55,6 +55,11 @@ class RemoteBackend : public Backend {
   std::optional<ExecResult> attach(const std::string& id, int pid, const AttachOptions& opts, ExecIO& io) override;
   void signal_process(const std::string& id, int pid, int sig) override;
   Fd open_port(const std::string& id, uint16_t port) override;
+  // The manager's snapshots (remote/snapshots.cpp): its routes, its owner rules.
+  SnapshotInfo snapshot(const std::string& id, const std::string& name, bool memory) override;
+  std::vector<SnapshotInfo> snapshots() override;
+  void remove_snapshot(const std::string& name) override;
+  SandboxRecord fork(const std::string& id, const Progress& progress, bool memory) override;
 
  private:
   /// POSTs body (GETs when null) to path and relays the NDJSON answer to io; a signal
@@ -81,6 +86,10 @@ class RemoteBackend : public Backend {
   SandboxRecord as_seen_here(SandboxRecord rec) const;
   /// A call on the manager whose answer is one sandbox record (GET, pause, resume).
   SandboxRecord record_call(const std::string& method, const std::string& path);
+  /// Records where a sandbox the manager just made lives; removes it there when that fails.
+  void remember_or_remove(const SandboxRecord& rec);
+  /// A manager's snapshot as this host shows it: driver "remote", like its sandboxes.
+  SnapshotInfo as_seen_here(SnapshotInfo snap) const;
 
   std::string state_dir_;
   std::string default_network_;  ///< the client's defaults.network, sent when the spec does not say

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,8 @@
 #define CURL_DISABLE_TYPECHECK 1
 #include <curl/curl.h>  // for CURLcode only: both transports report in its terms
 
+#include "core/error.hpp"
+
 namespace sbx::remote_http {
 
 inline constexpr long kConnectTimeoutMs = 2000;
@@ -21,6 +24,16 @@ inline constexpr long kCallTimeoutMs = 30000;
 /// A JSON answer (a list of every sandbox) may be large; an error body is shown, so it is cut short.
 inline constexpr size_t kMaxJsonAnswer = 64u << 20;
 inline constexpr size_t kMaxErrorBody = 64u << 10;
+
+/// Converts whatever a malformed answer throws into one protocol error.
+template <class F>
+auto decode(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    throw Error(Errc::protocol, "the manager sent " + what + " sbx cannot read: " + e.what());
+  }
+}
 
 struct Request {
   std::string method = "GET";

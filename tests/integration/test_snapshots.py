@@ -39,7 +39,8 @@ def _check_files(sbx, sid, upto: int):
     assert "MISSING" not in r.out and r.out.endswith("CHECKED\n"), f"{sid} lost files up to {upto}: {r.out[:400]}"
 
 
-@pytest.mark.only_drivers(*SNAPSHOT_DRIVERS)
+# "remote": the same through the manager's routes (the CLI's RemoteBackend), the manager's owner rules.
+@pytest.mark.only_drivers(*SNAPSHOT_DRIVERS, "remote")
 def test_snapshot_create_from_and_fork_are_independent(sbx, sandbox, driver, make_sandbox):
     sbx.sh(sandbox, "echo one > /work/a; mkdir -p /work/d; echo two > /work/d/b").ok()
     name = f"snap-{driver}"
