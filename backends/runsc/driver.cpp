@@ -25,6 +25,7 @@
 #include "backends/common/hostview.hpp"
 #include "backends/common/net/dns.hpp"
 #include "backends/common/net/jail.hpp"
+#include "backends/common/own_dir.hpp"
 #include "backends/common/probes.hpp"
 #include "backends/common/process.hpp"
 #include "backends/runsc/bundle.hpp"
@@ -68,6 +69,23 @@ std::string str(const SandboxRecord& rec, const char* key, const std::string& df
 // The host's busybox-static: one static binary whose ls and stat applets use
 // plain fstatat, so it runs in any root.
 constexpr const char* kBusybox = "/usr/bin/busybox";
+
+// Makes the sandbox's own directories in its root overlay (never through a
+// link it planted: own_dir::make) and returns those to bind back writable. One
+// it replaced with a link or a file gets no bind: runsc resolves a bind's
+// source on the host, so a link there would hand it a host directory.
+std::vector<std::string> make_own_dirs(const std::string& rootfs, const std::vector<std::string>& dirs) {
+  Fd root(::open(rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!root) throw sys_error("opening the sandbox's root " + rootfs, errno);
+  std::vector<std::string> made;
+  for (const auto& d : dirs) {
+    bool replaced = false;
+    if (int e = own_dir::make(root.get(), d.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(-1), &replaced))
+      throw sys_error("making the sandbox's own directory " + d, e);
+    if (!replaced) made.push_back(d);
+  }
+  return made;
+}
 
 bool is_regular(const std::string& path) {
   struct stat st {};
@@ -150,9 +168,9 @@ class RunscDriver : public Driver {
     plan.agent_path = find_agent_binary();
     // Made here, as the host's root, before the root turns read-only; the check
     // first makes sure no symlink of the image bends them onto the host.
-    plan.rw_dirs = hostview::own_dirs(rec.spec.workdir);
-    hostview::check_own_dirs(lower, plan.rw_dirs);
-    for (auto& d : plan.rw_dirs) make_dirs(rootfs + d, 0755);
+    auto own = hostview::own_dirs(rec.spec.workdir);
+    hostview::check_own_dirs(lower, own);
+    plan.rw_dirs = make_own_dirs(rootfs, own);
     plan.file_binds = statx_workarounds(plan, platform.name);
     bool jailed = rec.spec.network == "jail";
     if (jailed) {

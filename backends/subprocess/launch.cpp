@@ -23,6 +23,7 @@
 #include "backends/common/disk.hpp"
 #include "backends/common/hostview.hpp"
 #include "backends/common/net/dns.hpp"
+#include "backends/common/own_dir.hpp"
 #include "backends/common/process.hpp"
 #include "core/error.hpp"
 #include "core/fd.hpp"
@@ -84,9 +85,8 @@ struct Failure {
 struct Prepared {
   std::string mnt, upper, work, root, overlay_opts, layer_dev;
   std::vector<std::pair<std::string, std::string>> binds;  // host -> target
-  // Directories the sandbox's root must own, with their missing parents first;
-  // .second: chown even when it already exists (false: only if created here).
-  std::vector<std::pair<std::string, bool>> own_dirs;
+  // Directories the sandbox's root must own, as seen inside it (own_dir::make).
+  std::vector<std::string> own_dirs;
   std::string proc, proc_sys, dev, dev_pts, dev_shm, dev_ptmx;
   std::vector<std::pair<std::string, std::string>> dev_nodes;  // host -> target
   std::vector<std::pair<std::string, std::string>> dev_links;  // target -> link path
@@ -135,10 +135,14 @@ void bring_up_loopback(int report_fd) {
     if (::mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
       fail(r, kStepBindRo);
   }
-  for (auto& [d, always] : p.own_dirs) {
-    bool created = ::mkdir(d.c_str(), 0755) == 0;
-    if (!created && errno != EEXIST) fail(r, kStepDirs);
-    if ((created || always) && ::chown(d.c_str(), p.uid_base, p.uid_base) != 0) fail(r, kStepDirs);
+  {
+    int root_fd = ::open(p.root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root_fd < 0) fail(r, kStepDirs);
+    for (auto& d : p.own_dirs) {
+      bool replaced = false;  // the sandbox's own link or file stays; the host goes no further
+      if ((errno = own_dir::make(root_fd, d.c_str(), p.uid_base, p.uid_base, &replaced)) != 0) fail(r, kStepDirs);
+    }
+    ::close(root_fd);
   }
   if (!p.resolv_conf.empty() && (errno = net::dns::write_resolv_conf(p.etc.c_str(), p.resolv_conf.data(), p.resolv_conf.size())) != 0)
     fail(r, kStepResolv);
@@ -218,15 +222,8 @@ Prepared prepare(const LaunchPlan& plan) {
   p.overlay_opts = "lowerdir=" + plan.lower + ",upperdir=" + p.upper + ",workdir=" + p.work;
   if (!plan.persistent) p.overlay_opts += ",volatile";
   for (auto& b : plan.ro_binds) p.binds.emplace_back(b, p.root + b);
-  // Each component, so a nested one (/work/a/b) or one whose parent the image
-  // lacks (/var/tmp) is created whole; only the last is the sandbox's for sure.
-  auto own = [&](const std::string& dir) {
-    for (size_t i = 1; i <= dir.size(); ++i)
-      if (i == dir.size() || dir[i] == '/') p.own_dirs.emplace_back(p.root + dir.substr(0, i), i == dir.size());
-  };
-  auto dirs = hostview::own_dirs(plan.workdir);
-  hostview::check_own_dirs(plan.lower, dirs);
-  for (auto& d : dirs) own(d);
+  p.own_dirs = hostview::own_dirs(plan.workdir);
+  hostview::check_own_dirs(plan.lower, p.own_dirs);
   p.proc = p.root + "/proc";
   p.proc_sys = p.proc + "/sys";
   p.dev = p.root + "/dev";
