@@ -50,12 +50,14 @@ def offend(m, neighbour: str, offender: str, argv, timeout_s: int = 30, during=N
     result: dict = {}
 
     def run():
+        t0 = time.monotonic()
         try:
             r = m.request("POST", f"/v1/sandboxes/{offender}/exec", {"cmd": argv, "timeout_s": timeout_s},
                           timeout=timeout_s + 60)
             result["status"], result["body"] = r.status, (r.json() if r.status == 200 else r.text)
         except Exception as e:  # noqa: BLE001 (the caller's assertion reports it)
             result["error"] = repr(e)
+        print(f"offender's exec: {time.monotonic() - t0:.1f} s")
 
     t = threading.Thread(target=run)
     t.start()
