@@ -10,6 +10,7 @@
 
 #include "core/agent_client.hpp"
 #include "core/error.hpp"
+#include "core/fsutil.hpp"
 #include "core/local_backend.hpp"
 #include "core/pinned_pid.hpp"
 #include "core/snapshots.hpp"
@@ -135,7 +136,12 @@ GcReport LocalBackend::gc(bool dry_run) {
   for (auto& rec : registry_.list()) live.insert(rec.id);
   for (auto& path : stale_snapshot_copies(cfg_.state_dir, now, kStrayGraceMs))
     act({"snapshot_copy", path, "an unfinished snapshot copy (its snapshot was killed)", false, ""},
-        [&] { if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw sys_error("removing " + path, errno); });
+        [&] {
+          if (path.ends_with(".mem"))
+            remove_tree(path);
+          else if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+            throw sys_error("removing " + path, errno);
+        });
   for (auto& info : drivers_) {
     auto driver = info.make(cfg_);
     for (auto& what : driver->orphans(live))

@@ -156,7 +156,7 @@ SnapshotInfo SnapshotStore::add(const std::string& temp, SnapshotInfo info, cons
     try {
       if (!memory.empty()) remove_tree(memory);
     } catch (const Error&) {
-      // The filing's error is the one to report; gc does not look in tmp/ for directories.
+      // The filing's error is the one to report; gc removes the directory once it is stale.
     }
     throw;
   }
@@ -218,11 +218,24 @@ std::vector<std::string> stale_snapshot_copies(const std::string& state_root, in
   const std::string tmp = state_root + "/snapshots/tmp";
   DIR* d = ::opendir(tmp.c_str());
   if (!d) return out;
+  auto ms = [](const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1000; };
   while (dirent* e = ::readdir(d)) {
     std::string path = tmp + "/" + e->d_name;
     struct stat st {};
-    if (e->d_name[0] == '.' || ::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (now_ms - int64_t{st.st_mtim.tv_sec} * 1000 >= grace_ms) out.push_back(path);
+    if (e->d_name[0] == '.' || ::lstat(path.c_str(), &st) != 0) continue;
+    int64_t last = ms(st);
+    if (S_ISDIR(st.st_mode)) {
+      // A memory checkpoint on its way (NAME.mem): last written when its newest file was.
+      if (!path.ends_with(".mem")) continue;
+      try {
+        each_file(path, [&](const std::string&, const struct stat& f) { last = std::max(last, ms(f)); });
+      } catch (const Error&) {
+        continue;  // unreadable: not this gc's to judge
+      }
+    } else if (!S_ISREG(st.st_mode)) {
+      continue;
+    }
+    if (now_ms - last >= grace_ms) out.push_back(path);
   }
   ::closedir(d);
   return out;

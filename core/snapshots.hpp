@@ -56,7 +56,8 @@ class SnapshotStore {
   std::string root_;
 };
 
-/// The copies in progress under state_root's snapshots/tmp/ that a killed snapshot left:
+/// The copies in progress under state_root's snapshots/tmp/ that a killed snapshot left
+/// (a layer image, and a NAME.mem directory for a memory snapshot):
 /// those not written to for `grace_ms` (a live copy writes all the time, and is filed
 /// the moment it ends). Reads only: gc must work on a full or read-only state root.
 std::vector<std::string> stale_snapshot_copies(const std::string& state_root, int64_t now_ms, int64_t grace_ms);

@@ -197,24 +197,33 @@ def test_snapshot_routes_of_the_api(module_managers, driver):  # noqa: F811
 
 @pytest.mark.only_drivers("subprocess")
 def test_gc_removes_the_copy_a_killed_snapshot_left(gc_sbx):
-    # What `sbx snapshot` killed mid-copy leaves: a file in snapshots/tmp/ that no ref names.
+    # What `sbx snapshot` killed mid-copy leaves: a file in snapshots/tmp/ that no ref names,
+    # and for a memory snapshot (--memory) its checkpoint's directory beside it.
     tmp = os.path.join(gc_sbx.state_dir, "snapshots", "tmp")
     os.makedirs(tmp, exist_ok=True)
     stale, fresh = os.path.join(tmp, "sbx_deadcopy0001.img"), os.path.join(tmp, "sbx_livecopy0001.img")
+    stale_mem, fresh_mem = os.path.join(tmp, "sbx_deadcopy0001.mem"), os.path.join(tmp, "sbx_livecopy0001.mem")
     for path in (stale, fresh):
         with open(path, "wb") as f:
             f.write(b"\0" * 4096)
+    for path in (stale_mem, fresh_mem):
+        os.makedirs(path)
+        with open(os.path.join(path, "pages.img"), "wb") as f:
+            f.write(b"\0" * 4096)
     old = os.path.getmtime(stale) - 600
-    os.utime(stale, (old, old))
+    # The killed one's directory and what is in it are old; the live one's newest file is fresh.
+    for path in (stale, os.path.join(stale_mem, "pages.img"), stale_mem, fresh_mem):
+        os.utime(path, (old, old))
     r = gc_sbx.run("gc", "--dry-run", "--json").ok()
     acts = [a for a in json.loads(r.stdout)["actions"] if a["kind"] == "snapshot_copy"]
-    assert [a["target"] for a in acts] == [stale], r.stdout
-    assert os.path.exists(stale), "gc --dry-run removed the copy"
+    assert sorted(a["target"] for a in acts) == [stale, stale_mem], r.stdout
+    assert os.path.exists(stale) and os.path.exists(stale_mem), "gc --dry-run removed the copy"
     r = gc_sbx.run("gc", "--json").ok()
     acts = [a for a in json.loads(r.stdout)["actions"] if a["kind"] == "snapshot_copy"]
-    assert [(a["target"], a["done"]) for a in acts] == [(stale, True)], r.stdout
+    assert sorted((a["target"], a["done"]) for a in acts) == [(stale, True), (stale_mem, True)], r.stdout
     assert not os.path.exists(stale), "gc left the killed snapshot's copy"
-    assert os.path.exists(fresh), "gc removed a copy still being written"
+    assert not os.path.exists(stale_mem), "gc left the killed snapshot's memory checkpoint"
+    assert os.path.exists(fresh) and os.path.exists(fresh_mem), "gc removed a copy still being written"
 
 
 # deno: the files are the agent's SQLite store; an exec's writes commit when it returns.
