@@ -28,15 +28,20 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
 # halves the package against gzip for a few seconds more of cpack.
 set(CPACK_DEBIAN_COMPRESSION_TYPE "xz")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
-# The libraries sbx links dynamically (libc6, libnftables1, libmnl0), found by
+# The libraries sbx links dynamically (libc6 alone), found by
 # dpkg-shlibdeps; the rest is linked in (sbx-agent is static on purpose).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# What sbx runs by path, besides those libraries:
-#   e2fsprogs   mkfs.ext4 and debugfs make sandbox disks (--disk) and micro-VM
-#               writable layers.
-# sbx speaks netlink and uses libnftables itself for the network jail, so
-# neither iproute2 nor nftables is needed at run time.
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "e2fsprogs")
+# What sbx runs by path or loads when first needed (core/lazy_libs.hpp), which
+# dpkg-shlibdeps cannot see:
+#   e2fsprogs        mkfs.ext4 and debugfs make sandbox disks (--disk) and
+#                    micro-VM writable layers.
+#   libnftables1, libmnl0   the network jail (sbx speaks netlink and nftables
+#                    itself, so neither iproute2 nor nftables is needed).
+#   libarchive13     cp, images, snapshots' tar streams.
+#   libmicrohttpd12  sbx serve.   libcurl4, libssl3: the remote driver, image blobs.
+#   libsqlite3-0     the deno driver's snapshots.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS
+    "e2fsprogs, libnftables1, libmnl0, libarchive13, libmicrohttpd12, libcurl4, libssl3, libsqlite3-0")
 # Each driver that needs more than the kernel, and sbx doctor says which are missing:
 #   runsc            the gVisor driver (--driver runsc).
 #   qemu-system-x86  the micro-VM driver (QEMU's microvm machine).

@@ -72,6 +72,33 @@ const MhdApi& mhd_api() {
   });
 }
 
+const NftApi& nft_api() {
+  return load_once<NftApi>([](NftApi& api) {
+    void* lib = open_library("libnftables.so.1", "libnftables1");
+#define SBX_RESOLVE(name) resolve(lib, "libnftables.so.1", #name, api.name);
+    SBX_NFT_FUNCTIONS(SBX_RESOLVE)
+#undef SBX_RESOLVE
+  });
+}
+
+const MnlApi& mnl_api() {
+  return load_once<MnlApi>([](MnlApi& api) {
+    void* lib = open_library("libmnl.so.0", "libmnl0");
+#define SBX_RESOLVE(name) resolve(lib, "libmnl.so.0", #name, api.name);
+    SBX_MNL_FUNCTIONS(SBX_RESOLVE)
+#undef SBX_RESOLVE
+  });
+}
+
+const SqliteApi& sqlite_api() {
+  return load_once<SqliteApi>([](SqliteApi& api) {
+    void* lib = open_library("libsqlite3.so.0", "libsqlite3-0");
+#define SBX_RESOLVE(name) resolve(lib, "libsqlite3.so.0", #name, api.name);
+    SBX_SQLITE_FUNCTIONS(SBX_RESOLVE)
+#undef SBX_RESOLVE
+  });
+}
+
 const CryptoApi& crypto_api() {
   return load_once<CryptoApi>([](CryptoApi& api) {
     void* lib = open_library("libcrypto.so.3", "libssl3");

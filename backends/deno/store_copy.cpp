@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/lazy_libs.hpp"
 
 namespace sbx::deno {
 
@@ -18,7 +19,7 @@ namespace {
 constexpr int kBusyMs = 3000;
 
 struct Closer {
-  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+  void operator()(sqlite3* db) const { sqlite_api().sqlite3_close_v2(db); }
 };
 using Db = std::unique_ptr<sqlite3, Closer>;
 
@@ -38,20 +39,20 @@ void check_plain(const std::string& path, bool must_exist) {
 
 Db open(const std::string& path, int flags) {
   sqlite3* raw = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOFOLLOW, nullptr);
+  int rc = sqlite_api().sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOFOLLOW, nullptr);
   Db db(raw);
   if (rc != SQLITE_OK)
-    throw Error(Errc::io, "cannot open the SQLite database " + path + ": " + (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+    throw Error(Errc::io, "cannot open the SQLite database " + path + ": " + (raw ? sqlite_api().sqlite3_errmsg(raw) : sqlite_api().sqlite3_errstr(rc)));
   // The source was written inside the sandbox: untrusted input to this (root) process.
-  sqlite3_db_config(raw, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
-  sqlite3_db_config(raw, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
-  sqlite3_busy_timeout(raw, kBusyMs);
+  sqlite_api().sqlite3_db_config(raw, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+  sqlite_api().sqlite3_db_config(raw, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
+  sqlite_api().sqlite3_busy_timeout(raw, kBusyMs);
   return db;
 }
 
 void exec(sqlite3* db, const char* sql, const std::string& what) {
-  if (sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK)
-    throw Error(Errc::io, what + ": " + sqlite3_errmsg(db));
+  if (sqlite_api().sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK)
+    throw Error(Errc::io, what + ": " + sqlite_api().sqlite3_errmsg(db));
 }
 
 }  // namespace
@@ -62,14 +63,14 @@ void backup_store(const std::string& from, const std::string& to) {
   // Read-only: no checkpoint, no recovery written into the sandbox's files.
   Db src = open(from, SQLITE_OPEN_READONLY);
   Db dst = open(to, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  sqlite3_backup* b = sqlite3_backup_init(dst.get(), "main", src.get(), "main");
-  if (!b) throw Error(Errc::io, "cannot start copying " + from + ": " + sqlite3_errmsg(dst.get()));
-  int rc = sqlite3_backup_step(b, -1);  // every page at once: the source is frozen anyway
-  sqlite3_backup_finish(b);
+  sqlite3_backup* b = sqlite_api().sqlite3_backup_init(dst.get(), "main", src.get(), "main");
+  if (!b) throw Error(Errc::io, "cannot start copying " + from + ": " + sqlite_api().sqlite3_errmsg(dst.get()));
+  int rc = sqlite_api().sqlite3_backup_step(b, -1);  // every page at once: the source is frozen anyway
+  sqlite_api().sqlite3_backup_finish(b);
   if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
     throw Error(Errc::conflict, "the sandbox's store " + from + " stayed locked for " + std::to_string(kBusyMs) + " ms")
         .set_hint("try the snapshot again");
-  if (rc != SQLITE_DONE) throw Error(Errc::io, "copying " + from + ": " + sqlite3_errstr(rc));
+  if (rc != SQLITE_DONE) throw Error(Errc::io, "copying " + from + ": " + sqlite_api().sqlite3_errstr(rc));
   // The copy carries the source's WAL flag; as a rollback-journal file it is one
   // self-contained file, and a reader of it leaves no -wal or -shm behind.
   exec(dst.get(), "PRAGMA journal_mode=DELETE", "finishing the copy of " + from);

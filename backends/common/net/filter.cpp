@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/lazy_libs.hpp"
 
 namespace sbx::net::filter {
 
@@ -21,7 +22,7 @@ constexpr const char* kBlocked4 =
     "0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16, 224.0.0.0/3";
 
 struct CtxDeleter {
-  void operator()(nft_ctx* c) const { nft_ctx_free(c); }
+  void operator()(nft_ctx* c) const { nft_api().nft_ctx_free(c); }
 };
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
@@ -133,13 +134,13 @@ std::string jail_script(const JailRules& j, bool add) {
 }
 
 void run(const std::string& script, const char* what, bool dry_run) {
-  std::unique_ptr<nft_ctx, CtxDeleter> ctx(nft_ctx_new(NFT_CTX_DEFAULT));
+  std::unique_ptr<nft_ctx, CtxDeleter> ctx(nft_api().nft_ctx_new(NFT_CTX_DEFAULT));
   if (!ctx) throw Error(Errc::internal, std::string(what) + ": cannot create an nftables context");
-  nft_ctx_buffer_output(ctx.get());
-  nft_ctx_buffer_error(ctx.get());
-  nft_ctx_set_dry_run(ctx.get(), dry_run);
-  if (nft_run_cmd_from_buffer(ctx.get(), script.c_str()) != 0) {
-    std::string err = nft_ctx_get_error_buffer(ctx.get());
+  nft_api().nft_ctx_buffer_output(ctx.get());
+  nft_api().nft_ctx_buffer_error(ctx.get());
+  nft_api().nft_ctx_set_dry_run(ctx.get(), dry_run);
+  if (nft_api().nft_run_cmd_from_buffer(ctx.get(), script.c_str()) != 0) {
+    std::string err = nft_api().nft_ctx_get_error_buffer(ctx.get());
     while (!err.empty() && err.back() == '\n') err.pop_back();
     throw Error(Errc::io, std::string(what) + ": nftables: " + err.substr(0, 1500))
         .set_hint("the network jail needs nf_tables (nft list ruleset must work as root)");
@@ -183,14 +184,14 @@ void open_address(const Opening& o) {
 }
 
 std::vector<uint32_t> open_addresses(const std::string& ifname) {
-  std::unique_ptr<nft_ctx, CtxDeleter> ctx(nft_ctx_new(NFT_CTX_DEFAULT));
+  std::unique_ptr<nft_ctx, CtxDeleter> ctx(nft_api().nft_ctx_new(NFT_CTX_DEFAULT));
   if (!ctx) return {};
-  nft_ctx_buffer_output(ctx.get());
-  nft_ctx_buffer_error(ctx.get());
+  nft_api().nft_ctx_buffer_output(ctx.get());
+  nft_api().nft_ctx_buffer_error(ctx.get());
   std::vector<uint32_t> out;
-  if (nft_run_cmd_from_buffer(ctx.get(), (std::string("list set inet ") + kTable + " dyn4").c_str()) != 0) return out;
+  if (nft_api().nft_run_cmd_from_buffer(ctx.get(), (std::string("list set inet ") + kTable + " dyn4").c_str()) != 0) return out;
   // Elements print as "sbxNAME" . a.b.c.d expires ...; pick this jail's.
-  std::string text = nft_ctx_get_output_buffer(ctx.get());
+  std::string text = nft_api().nft_ctx_get_output_buffer(ctx.get());
   std::string key = quoted(ifname) + " . ";
   for (size_t pos = text.find(key); pos != std::string::npos; pos = text.find(key, pos + 1)) {
     size_t start = pos + key.size();
