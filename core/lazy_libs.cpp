@@ -44,69 +44,45 @@ const Api& load_once(Fill&& fill) {
   return api;
 }
 
-const ArchiveApi& archive_api() {
-  return load_once<ArchiveApi>([](ArchiveApi& api) {
-    void* lib = open_library("libarchive.so.13", "libarchive13");
-#define SBX_RESOLVE(name) resolve(lib, "libarchive.so.13", #name, api.name);
-    SBX_ARCHIVE_FUNCTIONS(SBX_RESOLVE)
-#undef SBX_RESOLVE
-  });
-}
+// One loader per library: open it, resolve every function of its list.
+#define SBX_RESOLVE(name) resolve(lib, soname, #name, api.name);
+#define SBX_DEFINE_API(Api, fn, LIST, so, package) \
+  const Api& fn() {                                \
+    return load_once<Api>([](Api& api) {           \
+      const char* soname = so;                     \
+      void* lib = open_library(soname, package);   \
+      LIST(SBX_RESOLVE)                            \
+    });                                            \
+  }
+
+SBX_DEFINE_API(ArchiveApi, archive_api, SBX_ARCHIVE_FUNCTIONS, "libarchive.so.13", "libarchive13")
 
 const CurlApi& curl_api() {
   return load_once<CurlApi>([](CurlApi& api) {
-    void* lib = open_library("libcurl.so.4", "libcurl4");
-#define SBX_RESOLVE(name) resolve(lib, "libcurl.so.4", #name, api.name);
+    const char* soname = "libcurl.so.4";
+    void* lib = open_library(soname, "libcurl4");
     SBX_CURL_FUNCTIONS(SBX_RESOLVE)
-#undef SBX_RESOLVE
     if (api.curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw Error(Errc::unavailable, "curl_global_init failed");
   });
 }
 
-const MhdApi& mhd_api() {
-  return load_once<MhdApi>([](MhdApi& api) {
-    void* lib = open_library("libmicrohttpd.so.12", "libmicrohttpd12");
-#define SBX_RESOLVE(name) resolve(lib, "libmicrohttpd.so.12", #name, api.name);
-    SBX_MHD_FUNCTIONS(SBX_RESOLVE)
-#undef SBX_RESOLVE
-  });
-}
+SBX_DEFINE_API(MhdApi, mhd_api, SBX_MHD_FUNCTIONS, "libmicrohttpd.so.12", "libmicrohttpd12")
 
-const NftApi& nft_api() {
-  return load_once<NftApi>([](NftApi& api) {
-    void* lib = open_library("libnftables.so.1", "libnftables1");
-#define SBX_RESOLVE(name) resolve(lib, "libnftables.so.1", #name, api.name);
-    SBX_NFT_FUNCTIONS(SBX_RESOLVE)
-#undef SBX_RESOLVE
-  });
-}
+SBX_DEFINE_API(NftApi, nft_api, SBX_NFT_FUNCTIONS, "libnftables.so.1", "libnftables1")
 
-const MnlApi& mnl_api() {
-  return load_once<MnlApi>([](MnlApi& api) {
-    void* lib = open_library("libmnl.so.0", "libmnl0");
-#define SBX_RESOLVE(name) resolve(lib, "libmnl.so.0", #name, api.name);
-    SBX_MNL_FUNCTIONS(SBX_RESOLVE)
-#undef SBX_RESOLVE
-  });
-}
+SBX_DEFINE_API(MnlApi, mnl_api, SBX_MNL_FUNCTIONS, "libmnl.so.0", "libmnl0")
 
-const SqliteApi& sqlite_api() {
-  return load_once<SqliteApi>([](SqliteApi& api) {
-    void* lib = open_library("libsqlite3.so.0", "libsqlite3-0");
-#define SBX_RESOLVE(name) resolve(lib, "libsqlite3.so.0", #name, api.name);
-    SBX_SQLITE_FUNCTIONS(SBX_RESOLVE)
-#undef SBX_RESOLVE
-  });
-}
+SBX_DEFINE_API(SqliteApi, sqlite_api, SBX_SQLITE_FUNCTIONS, "libsqlite3.so.0", "libsqlite3-0")
 
 const CryptoApi& crypto_api() {
   return load_once<CryptoApi>([](CryptoApi& api) {
-    void* lib = open_library("libcrypto.so.3", "libssl3");
-#define SBX_RESOLVE(name) resolve(lib, "libcrypto.so.3", #name, api.name);
+    const char* soname = "libcrypto.so.3";
+    void* lib = open_library(soname, "libssl3");
     SBX_RESOLVE(EVP_MD_CTX_new) SBX_RESOLVE(EVP_MD_CTX_free) SBX_RESOLVE(EVP_sha256) SBX_RESOLVE(EVP_DigestInit_ex)
     SBX_RESOLVE(EVP_DigestUpdate) SBX_RESOLVE(EVP_DigestFinal_ex)
-#undef SBX_RESOLVE
   });
 }
+#undef SBX_DEFINE_API
+#undef SBX_RESOLVE
 
 }  // namespace sbx
