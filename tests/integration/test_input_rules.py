@@ -74,3 +74,17 @@ def test_a_state_root_too_long_for_the_agent_socket_is_named_at_once(sbx, tmp_pa
     r = sbx.run("--state-dir", str(deep / "state"), "exec", "--rm", "--driver", "subprocess", "--", "true", timeout=20)
     assert r.rc != 0 and "path too long for a unix socket" in r.err and "shorter --state-dir" in r.err, r
     assert "did not answer" not in r.err, r
+
+
+def test_a_flag_value_spelled_like_a_subcommand_is_still_a_value(sbx, tmp_path):
+    # sbx registers only the subcommand a command line names (the first word that is one);
+    # here that word is --config's value (a file named like a subcommand), and the line
+    # must mean what it says all the same.
+    for name in ("gc", "exec"):
+        (tmp_path / name).write_text(open(sbx.config_file).read() if os.path.exists(sbx.config_file) else "")
+    r = sbx.run("--config", "gc", "ls", "-q", cwd=tmp_path)
+    assert r.rc == 0 and "error" not in r.err, r
+    r = sbx.run("--config", "exec", "exec", "--rm", "--driver", "subprocess", "--", "echo", "ok", cwd=tmp_path)
+    assert r.rc == 0 and r.out == "ok\n", r
+    r = sbx.run("--config", "gc", "--version", cwd=tmp_path)
+    assert r.rc == 0 and r.out.startswith("sbx "), r
