@@ -49,7 +49,10 @@ libs=$(ldd "$build/sbx" | awk '/=>/ {print $3}')
 pkgs=$(for l in $libs; do dpkg -S "$(readlink -f "$l")" 2>/dev/null || dpkg -S "$l"; done | cut -d: -f1 | sort -u)
 # The libraries sbx opens at first use (core/lazy_libs.cpp) too, but libcurl4:
 # only the client side (remote driver) uses it, and it pulls in a dozen more.
-lazy=$(grep -o 'open_library("[^"]*", "[^"]*")' core/lazy_libs.cpp | cut -d'"' -f4 | grep -vx libcurl4)
+# Each loader's last argument is its package: `SBX_DEFINE_API(..., "libmnl.so.0", "libmnl0")`
+# or `open_library(soname, "libcurl4")`.
+lazy=$(grep -oE '"lib[a-z0-9.+-]*[0-9]"\)' core/lazy_libs.cpp | tr -d '")' | grep -vx libcurl4)
+[ -n "$lazy" ] || { say "found no library packages in core/lazy_libs.cpp"; exit 1; }
 pkgs=$(printf "%s\n" $pkgs $lazy runsc tini e2fsprogs busybox-static | sort -u | tr '\n' ',' | sed 's/,$//')
 key=$(printf '%s\n' "$suite" essential "$pkgs" "$(cat deploy/image/base.conf)" | sha256sum | cut -c1-16)
 base=$cache/base-$key.tar
