@@ -20,6 +20,13 @@
 
 namespace sbx {
 
+// A table of one library's functions, each a pointer of its own declared type.
+#define SBX_API_ENTRY(name) decltype(&::name) name = nullptr;
+#define SBX_API_TABLE(Api, LIST) \
+  struct Api {                   \
+    LIST(SBX_API_ENTRY)          \
+  }
+
 #define SBX_ARCHIVE_FUNCTIONS(X) \
   X(archive_entry_filetype) \
   X(archive_entry_free) \
@@ -84,11 +91,7 @@ namespace sbx {
   X(archive_write_set_format_pax_restricted)
 
 /// The libarchive functions sbx uses, resolved from libarchive.so.13.
-struct ArchiveApi {
-#define SBX_DECLARE(name) decltype(&::name) name = nullptr;
-  SBX_ARCHIVE_FUNCTIONS(SBX_DECLARE)
-#undef SBX_DECLARE
-};
+SBX_API_TABLE(ArchiveApi, SBX_ARCHIVE_FUNCTIONS);
 
 /// Loads libarchive once (thread-safe); throws unavailable with an install hint when it is missing.
 const ArchiveApi& archive_api();
@@ -99,11 +102,7 @@ const ArchiveApi& archive_api();
   X(curl_free) X(curl_easy_send) X(curl_easy_recv)
 
 /// The libcurl functions the remote driver uses, resolved from libcurl.so.4.
-struct CurlApi {
-#define SBX_DECLARE(name) decltype(&::name) name = nullptr;
-  SBX_CURL_FUNCTIONS(SBX_DECLARE)
-#undef SBX_DECLARE
-};
+SBX_API_TABLE(CurlApi, SBX_CURL_FUNCTIONS);
 
 /// Loads libcurl once and runs curl_global_init; throws unavailable with an install hint.
 const CurlApi& curl_api();
@@ -115,11 +114,7 @@ const CurlApi& curl_api();
   X(MHD_get_connection_values) X(MHD_create_response_for_upgrade) X(MHD_upgrade_action)
 
 /// The libmicrohttpd functions sbx serve uses, resolved from libmicrohttpd.so.12.
-struct MhdApi {
-#define SBX_DECLARE(name) decltype(&::name) name = nullptr;
-  SBX_MHD_FUNCTIONS(SBX_DECLARE)
-#undef SBX_DECLARE
-};
+SBX_API_TABLE(MhdApi, SBX_MHD_FUNCTIONS);
 
 /// Loads libmicrohttpd once; throws unavailable with an install hint.
 const MhdApi& mhd_api();
@@ -131,11 +126,7 @@ const MhdApi& mhd_api();
   X(nft_run_cmd_from_buffer) X(nft_ctx_get_error_buffer) X(nft_ctx_get_output_buffer)
 
 /// The libnftables functions the jail's filter uses, resolved from libnftables.so.1.
-struct NftApi {
-#define SBX_DECLARE(name) decltype(&::name) name = nullptr;
-  SBX_NFT_FUNCTIONS(SBX_DECLARE)
-#undef SBX_DECLARE
-};
+SBX_API_TABLE(NftApi, SBX_NFT_FUNCTIONS);
 
 /// Loads libnftables once; throws unavailable with an install hint.
 const NftApi& nft_api();
@@ -146,11 +137,7 @@ const NftApi& nft_api();
   X(mnl_attr_put_strz) X(mnl_attr_put_u32) X(mnl_attr_nest_start) X(mnl_attr_nest_end)
 
 /// The libmnl functions the jail's rtnetlink uses, resolved from libmnl.so.0.
-struct MnlApi {
-#define SBX_DECLARE(name) decltype(&::name) name = nullptr;
-  SBX_MNL_FUNCTIONS(SBX_DECLARE)
-#undef SBX_DECLARE
-};
+SBX_API_TABLE(MnlApi, SBX_MNL_FUNCTIONS);
 
 /// Loads libmnl once; throws unavailable with an install hint.
 const MnlApi& mnl_api();
@@ -161,11 +148,7 @@ const MnlApi& mnl_api();
   X(sqlite3_busy_timeout) X(sqlite3_backup_init) X(sqlite3_backup_step) X(sqlite3_backup_finish)
 
 /// The SQLite functions sbx uses, resolved from libsqlite3.so.0.
-struct SqliteApi {
-#define SBX_DECLARE(name) decltype(&::name) name = nullptr;
-  SBX_SQLITE_FUNCTIONS(SBX_DECLARE)
-#undef SBX_DECLARE
-};
+SBX_API_TABLE(SqliteApi, SBX_SQLITE_FUNCTIONS);
 
 /// Loads libsqlite3 once; throws unavailable with an install hint.
 const SqliteApi& sqlite_api();
