@@ -5,7 +5,7 @@
 //
 // Usage: deno run ... agent.ts --socket PATH --store PATH --pyodide DIR
 //        [--snapshot FILE] [--workdir /work] [--other-drivers "subprocess, runsc"]
-//        [--max-output BYTES] [--pythons N]
+//        [--max-output BYTES] [--pythons N] [--warm-python]
 import { parseArgs } from "node:util";
 import { Decoder, encode, HEADER, encodeError, encodeJson, type Frame, chunks, parseJson, ProtoError, T, VERSION } from "./protocol.ts";
 import { cleanPath, type Entry, Store } from "./store.ts";
@@ -28,6 +28,7 @@ const { values: args } = parseArgs({
     "other-drivers": { type: "string", default: "subprocess, runsc" },
     "max-output": { type: "string", default: String(64 << 20) },
     pythons: { type: "string", default: "1" },
+    "warm-python": { type: "boolean", default: false },
   },
 });
 if (!args.socket || !args.store || !args.pyodide) {
@@ -471,10 +472,11 @@ try {
 const listener = Deno.listen({ transport: "unix", path: args.socket! });
 Deno.chmodSync(args.socket!, 0o600);
 jsPool.warm();
-// The JS spare boots at once (a few ms of CPU). Python's interpreter (a few
-// hundred) only once no exec has run for a moment: loading under a JS exec it
-// would take the CPU cap they share, and a JS one-shot never needs it. A
-// Python exec that comes first loads one for itself at once.
+// The JS spare boots at once (a few ms of CPU, ~30 MiB for the whole agent).
+// Python's interpreter costs a few hundred ms of CPU and ~170 MiB, so it loads
+// on the first Python exec, unless --warm-python (a warm pool's spare, whose
+// point is a fast first exec): then once no exec has run for a moment, since
+// loading under a JS exec would take the CPU cap they share.
 const WARM_AFTER_IDLE_MS = 150;
 let idleSince = performance.now();
 const warmPythonWhenIdle = () => {
@@ -482,5 +484,5 @@ const warmPythonWhenIdle = () => {
   if (performance.now() - idleSince < WARM_AFTER_IDLE_MS) return void setTimeout(warmPythonWhenIdle, 50);
   void pyPool.warm();
 };
-warmPythonWhenIdle();
+if (args["warm-python"]) warmPythonWhenIdle();
 for await (const conn of listener) new Conn(conn).serve();

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import ID_RE, driver_problem, pid_alive, sha256, skip_or_fail, wait_until
 from test_conformance import _make_tree, _snapshot
+from manager_fixtures import clients, managers, manager_root, scrubbed_env  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -502,6 +503,32 @@ def test_gc_collects_idle_deno_sandboxes(deno):
     r = deno.run("gc", "--json").ok()
     assert sid in {a["target"] for a in json.loads(r.stdout)["actions"] if a["done"]}, r
     assert sid not in deno.ls_ids() and wait_until(lambda: not pid_alive(pid), 5)
+
+
+def agent_log(sbx, sid) -> str:
+    return "".join(p.read_text() for p in Path(sbx.sandbox_dir(sid)).rglob("agent.log"))
+
+
+LOADED = "a Python interpreter loaded"
+
+
+def test_python_loads_on_the_first_python_exec(deno, fresh):
+    """An idle sandbox holds no interpreter (~170 MiB) it may never use; after its first Python exec it keeps one."""
+    assert js(deno, fresh, "console.log(1)").ok().out == "1\n"
+    time.sleep(1.5)  # the old rule loaded one 150 ms after the sandbox went idle
+    assert LOADED not in agent_log(deno, fresh)
+    assert py(deno, fresh, "print(2)").ok().out == "2\n"
+    assert py(deno, fresh, "print(3)").ok().out == "3\n"
+    assert agent_log(deno, fresh).count(LOADED) == 1, agent_log(deno, fresh)
+
+
+def test_a_pool_spare_loads_python_ahead(deno, clients):
+    """A warm pool's spare is there for a fast first exec: it loads Python while it waits."""
+    c = clients.new({"SBX_POOL": "deno=1"}, label="pool-deno")
+    ids = c.run("pool", "fill", timeout=120).ok().out.split()
+    c.created.extend(ids)
+    assert len(ids) == 1 and ID_RE.match(ids[0]), ids
+    assert wait_until(lambda: LOADED in agent_log(c, ids[0]), 60), agent_log(c, ids[0])
 
 
 def test_default_backend_is_deno(deno):
