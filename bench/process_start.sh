@@ -6,15 +6,17 @@
 # Installs hyperfine from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SBX=${SBX_BIN:-$PWD/build/sbx}
+source bench/common.sh
 RUNS=${RUNS:-500}
-dpkg-query -W -f='${Status}' hyperfine 2>/dev/null | grep -q "install ok installed" ||
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine >/dev/null
+need_sbx
+need_pkgs hyperfine
 out=$(mktemp /tmp/sbx-bench-start.XXXXXX.json)
 trap 'rm -f "$out"' EXIT
 cmds=("$SBX --version" "/bin/true")
 [[ -n ${SBX_BEFORE:-} ]] && cmds+=("$SBX_BEFORE --version")
 hyperfine -N -w 50 -r "$RUNS" --export-json "$out" "${cmds[@]}" >/dev/null 2>&1
+figure start.sbx "$(median_ms "$out" 0)"
+figure start.floor "$(median_ms "$out" 1)"
 python3 - "$out" <<'PY'
 import json, sys
 r = {x["command"]: x["median"] * 1000 for x in json.load(open(sys.argv[1]))["results"]}
