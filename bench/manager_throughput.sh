@@ -2,7 +2,10 @@
 # The manager under load, side by side in one run:
 #   exec throughput and latency through `sbx serve` (subprocess driver) at
 #   CLIENTS (default 1, 8 and 64) concurrent clients, with wrk
-#   (targets at 8 clients: >= 1500 exec/s, p99 <= 20 ms)
+#   (targets at 8 clients: >= 1500 exec/s, p99 <= 20 ms), beside the host's
+#   floor for any exec service: fork+exec+wait of /bin/true per second, one
+#   shell loop per core (an exec through sbx is two forks, an exec, the agent
+#   and HTTP on top of that)
 #   a forwarded `sbx exec ID -- /bin/true` against a local one, with hyperfine
 #   (target: forwarding overhead <= 2 ms per exec)
 # Needs root; installs wrk and hyperfine from Debian if missing.
@@ -60,6 +63,15 @@ print(f"{sys.argv[2]:<8} {rps:10.1f} {lat(50):7.2f}ms {lat(90):7.2f}ms {lat(99):
 open(sys.argv[1] + ".sum", "w").write(f"{rps} {lat(99)}\n")
 PY
 done
+
+loops=$(nproc)
+t0=$(date +%s%N)
+pids=()
+for _ in $(seq "$loops"); do (for _ in $(seq 500); do /bin/true; done) & pids+=($!); done
+wait "${pids[@]}"  # not the manager's
+floor=$((loops * 500 * 1000000000 / ($(date +%s%N) - t0)))
+echo "floor: fork+exec+wait of /bin/true, $loops shell loops = $floor /s"
+figure manager.floor "$floor"
 
 echo "== forwarding overhead: sbx exec ID -- /bin/true, local vs through the manager"
 lid=$("$SBX" --state-dir "$work/client" create --driver subprocess)
