@@ -33,7 +33,7 @@ part() {
 # driver D: whether this host runs driver D; if not, why goes into the table's notes.
 driver() {
   local why
-  why=$("$SBX" doctor --driver "$1" 2>&1 | grep -m1 -E '^\s*(✗|fix:)' || true)
+  why=$("$SBX" doctor --driver "$1" 2>&1 | grep -E '^\s+✗' | head -1 | sed 's/^ *✗ *//' || true)
   "$SBX" doctor --driver "$1" >/dev/null 2>&1 && return 0
   skipped+=("$1: sbx doctor --driver $1 fails: ${why:-see its output}")
   return 1
