@@ -8,8 +8,9 @@
 # A driver this host cannot run (`sbx doctor --driver D` fails) has its rows
 # marked "n/a" with the reason. The figures are kept in SAVE (default
 # /tmp/sbx-bench-all.figures); BEFORE=FILE (an earlier run's SAVE, e.g. with
-# SBX_BIN= an older build) adds them as a "before" column. Needs root; installs
-# its peers (bubblewrap, crun, runc, hyperfine, wrk) from Debian.
+# SBX_BIN= an older build) adds them as a "before" column; `bench/all.sh
+# --table` prints the table of SAVE (and BEFORE) again without measuring.
+# Needs root; installs its peers (bubblewrap, crun, runc, hyperfine, wrk) from Debian.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -17,9 +18,11 @@ need_sbx
 need_pkgs bubblewrap crun runc hyperfine wrk busybox-static
 SAVE=${SAVE:-/tmp/sbx-bench-all.figures}
 export SBX_BENCH_FIGURES=$SAVE SBX_BIN=$SBX
-: >"$SAVE"
 skipped=()
 start=$SECONDS
+measure=1
+[[ ${1:-} == --table ]] && measure=0
+((measure)) && : >"$SAVE"
 
 # part NAME [VAR=VALUE ...]: runs bench/NAME.sh with those variables; a failure is reported, the rest goes on.
 part() {
@@ -39,18 +42,20 @@ driver() {
   return 1
 }
 
-part process_start RUNS=300
-part exec_latency RUNS=100
-if driver deno; then
-  part deno_exec RUNS=20 COLD_RUNS=10
-  part idle_memory
+if ((measure)); then
+  part process_start RUNS=300
+  part exec_latency RUNS=100
+  if driver deno; then
+    part deno_exec RUNS=20 COLD_RUNS=10
+    part idle_memory
+  fi
+  part manager_throughput DURATION=5s CLIENTS=8
+  if driver runsc; then part runsc RUNS=20 CREATES=8; fi
+  if driver microvm; then part microvm_exec RUNS=50; fi
 fi
-part manager_throughput DURATION=5s CLIENTS=8
-if driver runsc; then part runsc RUNS=20 CREATES=8; fi
-if driver microvm; then part microvm_exec RUNS=50; fi
 
 echo
-echo "=== the table ($((SECONDS - start)) s; figures in $SAVE)"
+echo "=== the table$( ((measure)) && echo " ($((SECONDS - start)) s)"); figures in $SAVE"
 python3 - "$SAVE" "${BEFORE:-}" "${skipped[@]+"${skipped[@]}"}" <<'PY'
 import sys
 
