@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced (from the repository's root) by every bench script: the binary, the
 # peers and tools installed from Debian when missing, hyperfine's medians, and
 # the figures bench/all.sh gathers into its table.
