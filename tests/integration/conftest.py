@@ -16,8 +16,7 @@ Environment:
                             the lane's name; its tests that apply to none of
                             its drivers are deselected instead of skipped
   SBX_TEST_DRIVERLESS       "0" deselects the tests that are not parametrized
-                            over a driver (another lane runs them once), but
-                            for those marked @pytest.mark.lane(THIS_LANE)
+                            over a driver (another lane runs them once)
   SBX_TEST_NO_SNAPSHOT      "1" runs SBX_BIN in place instead of a per-session
                             copy of sbx and sbx-agent (the copy keeps a rebuild
                             during the run from swapping binaries mid-test)
@@ -733,12 +732,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         spec = getattr(item, "callspec", None)
         param = spec.params.get("driver") if spec else None
-        mark = item.get_closest_marker("lane")
-        home = mark.args[0] if mark else None  # the lane a driverless test was moved to
         if param == "-" and LANE:
             drop.append(item)  # applies to no driver of this lane
-        elif param is None and home is not None:
-            (keep if home == LANE else drop).append(item)
         elif param is None and not RUN_DRIVERLESS:
             drop.append(item)
         else:

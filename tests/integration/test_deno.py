@@ -28,10 +28,6 @@ from test_conformance import _make_tree, _snapshot
 from manager_fixtures import clients, managers, manager_root, scrubbed_env  # noqa: F401
 
 
-# In CI's lanes it runs beside the micro-VM cases: the other lane is the longer one.
-pytestmark = pytest.mark.lane("vm")
-
-
 @pytest.fixture(scope="module")
 def deno(sbx):
     problem = driver_problem(sbx, "deno")
