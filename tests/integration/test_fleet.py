@@ -52,7 +52,7 @@ class FleetManager(Manager):
     """Manager n of the simulated StatefulSet."""
 
     def __init__(self, root: str, ordinal: int, port: int, key: str):
-        super().__init__(root, f"fleet-{ordinal}-{os.urandom(2).hex()}",
+        super().__init__(root, f"fleet-{ordinal}-{os.urandom(6).hex()}",
                          "server:\n  reap_interval: 1h\n  drain_timeout: 5s\n", key=key)
         self.ordinal, self.fleet_port = ordinal, port
 
