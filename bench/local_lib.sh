@@ -2,7 +2,7 @@
 # manager (pool_create.sh, pause_resume.sh, snapshot_fork.sh; bench/lib.sh is
 # the managers' own): hyperfine installed from Debian if missing, a scratch
 # state root and empty config in $work, removed with every sandbox on exit,
-# and mean_ms of a hyperfine JSON export. Source it from the repository's root.
+# and run(), one timed row. Source it from the repository's root.
 source bench/common.sh
 need_pkgs hyperfine
 need_sbx
@@ -16,12 +16,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mean_ms() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["mean"]*1000)' "$1"; }
-# One timed row: run LABEL JSON RUNS PREPARE COMMAND prints COMMAND's mean over RUNS
+# One timed row: run LABEL JSON RUNS PREPARE COMMAND prints COMMAND's median over RUNS
 # (hyperfine, PREPARE before each) and keeps hyperfine's JSON in JSON.
 run() {
   hyperfine -N --warmup 2 --runs "$3" --prepare "$4" --export-json "$2" "$5" >/dev/null
-  printf '%-40s %9.2f ms\n' "$1" "$(mean_ms "$2")"
+  printf '%-40s %9.2f ms\n' "$1" "$(median_ms "$2")"
 }
 
 # add_driver NAME FLAG: adds NAME to drivers when `sbx doctor --driver NAME` passes, unless FLAG is 0.

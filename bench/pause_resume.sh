@@ -4,7 +4,7 @@
 # `sbx pause` and `sbx resume` (each a whole CLI call: sbx's start-up, the
 # registry lock and record write, the driver's freeze or thaw) against the
 # peer `sbx exec ID true` (the cheapest call that reaches the sandbox).
-# The issue's target: resume <= 10 ms on subprocess. Prints each mean and the
+# The issue's target: resume <= 10 ms on subprocess. Prints each median and the
 # ratio to the exec. Needs root; installs hyperfine from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,11 +15,11 @@ for d in "${drivers[@]}"; do
   id=$("$SBX" create --driver "$d")
   echo "== $d ($RUNS runs each)"
   run "peer: sbx exec ID true" "$work/exec-$d.json" "$RUNS" "true" "$SBX exec $id -- true"
-  exec_ms=$(mean_ms "$work/exec-$d.json")
+  exec_ms=$(median_ms "$work/exec-$d.json")
   run "sbx pause (from running)" "$work/pause-$d.json" "$RUNS" "$SBX resume $id" "$SBX pause $id"
-  pause_ms=$(mean_ms "$work/pause-$d.json")
+  pause_ms=$(median_ms "$work/pause-$d.json")
   run "sbx resume (from paused)" "$work/resume-$d.json" "$RUNS" "$SBX pause $id" "$SBX resume $id"
-  resume_ms=$(mean_ms "$work/resume-$d.json")
+  resume_ms=$(median_ms "$work/resume-$d.json")
   python3 - "$exec_ms" "$pause_ms" "$resume_ms" "$d" <<'PY'
 import sys
 e, p, r, d = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]

@@ -5,7 +5,7 @@
 # Before each timed create, hyperfine's --prepare removes the previous
 # sandbox and (pooled runs) tops the pool up to 1, so every pooled run finds
 # one ready and every cold run starts from the same empty state root.
-# Prints each mean, the speed-up and the target check. Needs root; installs
+# Prints each median, the speed-up and the target check. Needs root; installs
 # hyperfine from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +39,7 @@ done
 python3 - "$work" "${drivers[@]}" <<'PY'
 import json, sys
 w, drivers = sys.argv[1], sys.argv[2:]
-m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["mean"] * 1000
+m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["median"] * 1000
 print()
 for d in drivers:
     cold, pool = m(f"cold-{d}"), m(f"pool-{d}")

@@ -57,7 +57,7 @@ done
 python3 - "$work" "${drivers[@]}" <<'PY'
 import json, sys
 w, drivers = sys.argv[1], sys.argv[2:]
-m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["mean"] * 1000
+m = lambda n: json.load(open(f"{w}/{n}.json"))["results"][0]["median"] * 1000
 print()
 for d in drivers:
     snap, frm, fork, cold, pool = (m(f"{k}-{d}") for k in ("snap", "from", "fork", "cold", "pool"))

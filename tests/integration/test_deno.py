@@ -28,6 +28,17 @@ from test_conformance import _make_tree, _snapshot
 from manager_fixtures import clients, managers, manager_root, scrubbed_env  # noqa: F401
 
 
+# Every test here is a deno case: the lane of scripts/test.sh that runs deno runs
+# them, and a run whose SBX_TEST_DRIVERS leaves deno out skips them.
+pytestmark = pytest.mark.only_drivers("deno")
+
+
+@pytest.fixture(autouse=True)
+def on_deno(driver):
+    """Parametrizes each test over the deno driver (conftest's pytest_generate_tests)."""
+    return driver
+
+
 @pytest.fixture(scope="module")
 def deno(sbx):
     problem = driver_problem(sbx, "deno")

@@ -21,7 +21,9 @@ import time
 import pytest
 
 from agent_proto import AgentConn, Session
-from test_deno import box, deno  # noqa: F401  (fixtures)
+from test_deno import box, deno, on_deno  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.only_drivers("deno")
 
 LISTEN = "deno sandboxes have no listening sockets"
 

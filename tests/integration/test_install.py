@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DRIVERS, SBX_BIN_SOURCE, driver_problem, skip_or_fail
+from conftest import SBX_BIN_SOURCE, skip_or_fail
 
 BUILD_DIR = Path(SBX_BIN_SOURCE).resolve().parent
 # What each driver runs, and which file of the prefix its doctor entry must name.
@@ -50,27 +50,22 @@ def test_install_puts_every_runtime_file_in_the_prefix(prefix):
             assert (prefix / rel).exists(), f"cmake --install left out {rel}"
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
-def test_installed_sbx_runs_a_sandbox(prefix, sbx, name):
-    if name not in DRIVERS:
-        pytest.skip(f"driver {name} is not in SBX_TEST_DRIVERS={','.join(DRIVERS)}")
-    problem = driver_problem(sbx, name)
-    if problem:
-        skip_or_fail(problem)
-    argv, own_file = RUNS[name]
+@pytest.mark.only_drivers(*RUNS)
+def test_installed_sbx_runs_a_sandbox(prefix, sbx, driver):
+    argv, own_file = RUNS[driver]
     # A short state root: the agents' unix sockets live under it (108-byte limit).
     state = Path(tempfile.mkdtemp(prefix="sbx-inst-", dir="/tmp"))
     env = installed_env(prefix, state / "state")
     sbx_bin = str(prefix / "bin" / "sbx")
-    doc = subprocess.run([sbx_bin, "doctor", "--driver", name, "--json"], env=env,
+    doc = subprocess.run([sbx_bin, "doctor", "--driver", driver, "--json"], env=env,
                          capture_output=True, text=True, timeout=120)
     rep = json.loads(doc.stdout)
-    entry = next(d for d in rep["drivers"] if d["name"] == name)
+    entry = next(d for d in rep["drivers"] if d["name"] == driver)
     details = " ".join(str(c.get("detail", "")) for c in entry["checks"])
     assert os.path.realpath(prefix / own_file) in {os.path.realpath(w) for w in details.split() if w.startswith("/")}, \
-        f"doctor's {name} entry does not name the prefix's {own_file}: {details}"
+        f"doctor's {driver} entry does not name the prefix's {own_file}: {details}"
     try:
-        r = subprocess.run([sbx_bin, "exec", "--rm", "--driver", name, "--", *argv], env=env,
+        r = subprocess.run([sbx_bin, "exec", "--rm", "--driver", driver, "--", *argv], env=env,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0 and r.stdout == "installed\n", (r.returncode, r.stdout, r.stderr)
     finally:
