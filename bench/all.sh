@@ -104,3 +104,8 @@ print(f"\n{misses} of {len(ROWS)} rows miss their target.")
 for note in sys.argv[3:]:
     print(f"n/a: {note}")
 PY
+# Every create's cgroup attach waits for an RCU grace period without it: the
+# one-shot and create rows depend on it (docs/speed.md).
+if ((measure)); then
+  echo "host: $("$SBX" doctor --driver subprocess 2>/dev/null | grep -m1 'cgroup attach' | sed 's/^ *//')"
+fi

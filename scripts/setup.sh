@@ -30,6 +30,27 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Every sandbox create moves a process into its cgroups, and each move waits
+# for an RCU grace period (7-30 ms on a nested VM such as CI's) unless a cgroup
+# root is mounted with favordynmods (the kernel's trade: forks and exits take a
+# slower lock; docs/speed.md). Until reboot; booting with cgroup_favordynmods=true
+# keeps it. SBX_SETUP_CGROUP_AS_IS=1 leaves the host's cgroup mounts alone.
+favor_cgroup_moves() {
+  [[ ${SBX_SETUP_CGROUP_AS_IS:-0} == 1 || $(id -u) -ne 0 ]] && return 0
+  awk '$3 ~ /^cgroup2?$/ && ("," $4 ",") ~ /,favordynmods,/ {found=1} END {exit !found}' /proc/mounts && return 0
+  local mount opts
+  # The v2 mount first; its options go along, since a cgroup2 remount drops those it is not given (nsdelegate).
+  read -r mount opts < <(awk '$3 == "cgroup2" {print $2, $4; exit}' /proc/mounts) || true
+  [[ -n ${mount:-} ]] || read -r mount opts < <(awk '$3 == "cgroup" {print $2, $4; exit}' /proc/mounts) || true
+  [[ -n ${mount:-} ]] || return 0
+  if mount -o "remount,$opts,favordynmods" "$mount" 2>/dev/null; then
+    echo "setup: remounted $mount with favordynmods (no RCU wait per sandbox create; undone by a reboot)"
+  else
+    echo "setup: could not remount $mount with favordynmods; \`sbx doctor\` says what that costs" >&2
+  fi
+}
+favor_cgroup_moves
+
 # The deno driver's runtime: the pinned deno and pyodide npm packages.
 scripts/setup-deno.sh
 

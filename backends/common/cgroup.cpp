@@ -82,6 +82,20 @@ void write_limits(const Controller& c, const std::string& p, const Limits& limit
 }
 }  // namespace
 
+AttachMode attach_mode(const std::string& proc_mounts) {
+  AttachMode v2, v1;
+  std::istringstream in(proc_mounts);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string source, mount, type, opts;
+    if (!(f >> source >> mount >> type >> opts) || (type != "cgroup2" && type != "cgroup")) continue;
+    if (("," + opts + ",").find(",favordynmods,") != std::string::npos) return {true, mount, opts};
+    AttachMode& first = type == "cgroup2" ? v2 : v1;
+    if (first.mount.empty()) first = {false, mount, opts};
+  }
+  return v2.mount.empty() ? v1 : v2;
+}
+
 std::vector<Controller> detect(std::string* why) {
   std::vector<Controller> out;
   std::set<std::string> v2_pure, v2_unified;

@@ -24,6 +24,18 @@ struct Controller {
 /// The controllers this host offers; empty with `why` filled when none is usable.
 std::vector<Controller> detect(std::string* why = nullptr);
 
+/// Whether moving a process into a cgroup (a write to cgroup.procs) skips the
+/// RCU grace period it otherwise waits for: the kernel's threadgroup lock is in
+/// its "favor dynamic modifications" mode once any cgroup root is mounted with
+/// favordynmods (or the kernel booted with cgroup_favordynmods=true).
+struct AttachMode {
+  bool favor_dynmods = false;
+  std::string mount;    ///< the mount that has it, or else the one to remount (v2 first)
+  std::string options;  ///< that mount's options: a cgroup2 remount resets those it is not given (nsdelegate)
+};
+/// Reads /proc/mounts' text (fields: source, mount point, type, options).
+AttachMode attach_mode(const std::string& proc_mounts);
+
 /// The cgroup directory (below sbx/) that holds the sandboxes of one state
 /// root, so that two state roots on one host (a manager and a test run, say)
 /// never take each other's groups for orphans.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/fsutil.hpp"
+
 namespace sbx::probes {
 
 Probe running_as_root(const std::string& needed_for) {
@@ -22,6 +24,20 @@ Probe cgroup_controllers(std::vector<cgroup::Controller>* found, const std::stri
   if (found) *found = ctrls;
   return {all, "cgroups", all ? names + note : (names.empty() ? why : "only " + names),
           "mount the memory, pids and cpu cgroup controllers (v1 or v2)"};
+}
+
+Probe cgroup_attach() {
+  auto mode = cgroup::attach_mode(read_file_if_exists("/proc/mounts").value_or(""));
+  Probe p{mode.favor_dynmods, "cgroup attach", "", "", true};
+  if (mode.favor_dynmods) {
+    p.detail = "no RCU grace period per sandbox (favordynmods on " + mode.mount + ")";
+    return p;
+  }
+  p.detail = "each sandbox's move into its cgroups waits for an RCU grace period (7-30 ms per create on a nested VM)";
+  // Until reboot; the boot option makes it stay. The kernel's trade: forks and exits take a slower lock.
+  p.remedy = (mode.mount.empty() ? std::string() : "mount -o remount," + mode.options + ",favordynmods " + mode.mount + ", or ") +
+             "boot with cgroup_favordynmods=true (docs/speed.md)";
+  return p;
 }
 
 }  // namespace sbx::probes

@@ -17,4 +17,9 @@ Probe running_as_root(const std::string& needed_for);
 /// to the detail when all three are there.
 Probe cgroup_controllers(std::vector<cgroup::Controller>* found = nullptr, const std::string& note = "");
 
+/// Whether putting a sandbox into its cgroups waits for an RCU grace period
+/// (advisory: 7-30 ms of every create on this project's CI host, none with
+/// favordynmods; docs/speed.md).
+Probe cgroup_attach();
+
 }  // namespace sbx::probes

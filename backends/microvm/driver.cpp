@@ -409,6 +409,7 @@ std::vector<Probe> probe(const Config& cfg, bool deep) {
   }
   out.push_back(probes::cgroup_controllers());
   bool all = out.back().ok;
+  if (all) out.push_back(probes::cgroup_attach());
   if (deep && ok && !guest.empty() && root && all) out.push_back(smoke_boot(cfg, [&](const Config& c) { return make(c); }));
   return out;
 }

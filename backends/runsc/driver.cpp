@@ -488,6 +488,7 @@ std::vector<Probe> probe(const Config& cfg, bool deep) {
   out.push_back({ok, "runsc", bin + ": " + ver, "reinstall runsc (apt-get install --reinstall runsc)"});
   if (!ok || !root) return out;
   out.push_back(probes::cgroup_controllers(nullptr, "; runsc runs with --ignore-cgroups inside sbx's group"));
+  if (out.back().ok) out.push_back(probes::cgroup_attach());
   try {
     // The kvm probe can take 5 s (it hangs on nested PVM hosts until its
     // timeout): doctor probes once per boot and caches the choice (delete

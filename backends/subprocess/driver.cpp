@@ -176,21 +176,8 @@ std::vector<Probe> probe(const Config& cfg, bool /*deep*/) {
                  "enable user namespaces: sysctl user.max_user_namespaces=15000"});
   bool ovl = fs_supported("overlay");
   out.push_back({ovl, "overlayfs", ovl ? "listed in /proc/filesystems" : "not in /proc/filesystems", "modprobe overlay"});
-  std::vector<cgroup::Controller> ctrls;
-  out.push_back(probes::cgroup_controllers(&ctrls));
-  if (out.back().ok) {
-    // On v1, each move into a cgroup waits for an RCU grace period (~14 ms)
-    // unless some hierarchy is mounted with favordynmods.
-    auto mounts = read_file_if_exists("/proc/self/mountinfo");
-    bool fast = mounts && mounts->find("favordynmods") != std::string::npos;
-    bool any_v1 = false;
-    for (auto& c : ctrls) any_v1 = any_v1 || !c.v2;
-    if (any_v1 || fast)
-      out.push_back({fast, "fast cgroup migration", fast ? "a cgroup hierarchy is mounted with favordynmods"
-                                                         : "no favordynmods: every sandbox start waits ~10-20 ms for RCU",
-                     "mount -o remount,favordynmods /sys/fs/cgroup/unified (or the cgroup2 root); systemd >= 253 does it by default",
-                     true});
-  }
+  out.push_back(probes::cgroup_controllers());
+  if (out.back().ok) out.push_back(probes::cgroup_attach());
   auto status = read_file_if_exists("/proc/self/status");
   bool seccomp = status && status->find("Seccomp:") != std::string::npos;
   out.push_back({seccomp, "seccomp", seccomp ? "supported by the kernel" : "kernel without CONFIG_SECCOMP_FILTER",
