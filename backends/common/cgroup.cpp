@@ -155,23 +155,29 @@ Group Group::create(const std::string& scope, const std::string& name, const Lim
   for (auto& c : g.ctrls_) {
     std::string top = c.root + "/" + kParent;
     std::string parent = top + "/" + scope;
-    make_dirs(parent, 0755);
-    if (c.v2 && !v2_roots_enabled.count(c.root)) {
-      // v2 hands controllers down only where each parent enables them.
-      for (auto* dir : {c.root.c_str(), top.c_str(), parent.c_str()}) {
-        for (auto& cc : g.ctrls_)
-          if (cc.v2 && cc.root == c.root && cc.name != "freezer") {  // v2's freezer is in every group
-            try {
-              write_knob(std::string(dir) + "/cgroup.subtree_control", "+" + cc.name);
-            } catch (const Error&) {
-              // Already enabled, or owned by someone else: the limit write below reports it.
-            }
-          }
-      }
-      v2_roots_enabled.insert(c.root);
-    }
     std::string p = g.path(c);
-    if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) throw sys_error("cannot create cgroup " + p, errno);
+    // Another process's removal of this state root's last sandbox takes the empty
+    // scope group with it (remove_scope_if_empty): made again should it go in between.
+    for (int attempt = 1;; ++attempt) {
+      make_dirs(parent, 0755);
+      if (c.v2 && !v2_roots_enabled.count(c.root)) {
+        // v2 hands controllers down only where each parent enables them.
+        for (auto* dir : {c.root.c_str(), top.c_str(), parent.c_str()}) {
+          for (auto& cc : g.ctrls_)
+            if (cc.v2 && cc.root == c.root && cc.name != "freezer") {  // v2's freezer is in every group
+              try {
+                write_knob(std::string(dir) + "/cgroup.subtree_control", "+" + cc.name);
+              } catch (const Error&) {
+                // Already enabled, or owned by someone else: the limit write below reports it.
+              }
+            }
+        }
+        v2_roots_enabled.insert(c.root);
+      }
+      if (::mkdir(p.c_str(), 0755) == 0 || errno == EEXIST) break;
+      if (errno != ENOENT || attempt == 5) throw sys_error("cannot create cgroup " + p, errno);
+      v2_roots_enabled.erase(c.root);
+    }
     write_limits(c, p, limits);
   }
   return g;
