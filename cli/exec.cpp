@@ -212,6 +212,8 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
     std::optional<TerminalSession> terminal;
     if (req.tty) terminal.emplace(io, raw, false);
     if (st->rm) {
+      // This process exits with the command's status: the removal need not hold it up.
+      backend->tear_down_one_shots_in_background();
       OneShotResult r = backend->run_once(spec, req, io);
       out.status = report(r.exec, io, r.spec, req.timeout_ms);
       // The result is known; a failure to clean up is reported but does not change it.

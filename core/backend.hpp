@@ -75,6 +75,11 @@ class Backend {
   /// names the process, and gc removes it once that is gone) or HTTP request
   /// (remotely: the manager removes it when the request goes away).
   virtual OneShotResult run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) = 0;
+  /// For a process that exits once a one-shot's result is out (the CLI): run_once
+  /// then returns when the command has ended, and a detached process removes the
+  /// sandbox, holding its lock, so that ls, rm and gc wait for it instead of
+  /// seeing it. Not for a manager, which stays (and is multi-threaded).
+  virtual void tear_down_one_shots_in_background() {}
   /// Every sandbox, with dead ones marked as such.
   virtual std::vector<SandboxRecord> list() = 0;
   /// One sandbox (an unambiguous id prefix works locally).

@@ -137,30 +137,6 @@ SandboxRecord LocalBackend::create_for(const SandboxSpec& in, const Progress& pr
   return start_new(spec, *driver, progress, false, one_shot);
 }
 
-OneShotResult LocalBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
-  check_background_request(req, true);
-  pid_t self = ::getpid();
-  SandboxRecord rec = create_for(spec, nullptr, {self, proc::start_time(self), proc::pid_namespace()});
-  OneShotResult out;
-  out.spec = rec.spec;
-  try {
-    out.exec = exec(rec.id, req, io);
-  } catch (...) {
-    // Should this fail too, the record names this process: gc collects the sandbox once it exits.
-    try {
-      remove(rec.id);
-    } catch (const Error&) {
-    }
-    throw;
-  }
-  try {
-    remove(rec.id);
-  } catch (const Error& e) {
-    out.cleanup_error = e.what();
-  }
-  return out;
-}
-
 SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, const Progress& progress,
                                       bool for_pool, const OneShotClient& one_shot) {
   if (progress)
@@ -364,6 +340,13 @@ Fd LocalBackend::open_port(const std::string& id, uint16_t port) {
 
 std::vector<SandboxRecord> LocalBackend::list() {
   auto recs = registry_.list();
+  // A one-shot whose client has exited is being torn down by the process it
+  // left that to (or, were that killed, is gc's): wait for its lock, then see.
+  std::erase_if(recs, [&](const SandboxRecord& r) {
+    const OneShotClient& c = r.one_shot;
+    if (!c.pid || c.pid_ns != proc::pid_namespace() || proc::alive(c.pid, c.start)) return false;
+    return !registry_.lock_if_present(r.id, false);
+  });
   for (auto& r : recs) {
     if (!has_agent(r.state)) continue;
     auto* info = find_driver(drivers_, r.spec.driver);
@@ -420,7 +403,11 @@ SandboxRecord LocalBackend::get(const std::string& id) {
 }
 
 void LocalBackend::destroy(const SandboxRecord& rec) {
-  Fd guard = registry_.lock(rec.id, true);
+  Fd guard = registry_.lock_if_present(rec.id, true);
+  if (guard) destroy_locked(rec);  // else removed while this waited: done
+}
+
+void LocalBackend::destroy_locked(const SandboxRecord& rec) {
   fault::point("rm.locked");
   auto* info = find_driver(drivers_, rec.spec.driver);
   if (info) info->make(cfg_)->destroy(rec, registry_.dir(rec.id));

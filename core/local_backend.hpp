@@ -23,6 +23,7 @@ class LocalBackend : public Backend {
   SandboxRecord create(const SandboxSpec& spec, const Progress& progress) override;
   ExecResult exec(const std::string& id, const ExecRequest& req, ExecIO& io) override;
   OneShotResult run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) override;
+  void tear_down_one_shots_in_background() override { background_teardown_ = true; }
   std::vector<SandboxRecord> list() override;
   SandboxRecord get(const std::string& id) override;
   void remove(const std::string& id) override;
@@ -88,8 +89,14 @@ class LocalBackend : public Backend {
   uint64_t with_files(const std::string& id, const char* what, F&& f);
   /// After a broken agent stream: if the sandbox is gone, records it dead and returns why.
   std::optional<std::string> mark_dead_if_gone(SandboxRecord& rec, Driver& driver, uint64_t oom_before);
-  /// Tears down one sandbox under its exclusive lock.
+  /// Tears down one sandbox under its exclusive lock; one removed by another
+  /// process while this waited for the lock is no error.
   void destroy(const SandboxRecord& rec);
+  /// Tears it down; the caller holds its exclusive lock.
+  void destroy_locked(const SandboxRecord& rec);
+  /// Forks the detached process that removes a one-shot's sandbox, handing it the
+  /// sandbox's lock; false when this process cannot fork safely (threads) or at all.
+  bool remove_in_background(const SandboxRecord& rec);
   /// create, for the process `one_shot` names (none: a sandbox that stays).
   SandboxRecord create_for(const SandboxSpec& spec, const Progress& progress, const OneShotClient& one_shot);
   /// Starts a new sandbox and waits until its agent answers; it ends in state
@@ -117,6 +124,7 @@ class LocalBackend : public Backend {
   const DriverTable& drivers_;
   Registry registry_;
   Pool pool_;
+  bool background_teardown_ = false;  ///< tear_down_one_shots_in_background()
 };
 
 /// Fills a spec's unset fields from the configuration and validates it:

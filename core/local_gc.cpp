@@ -104,7 +104,8 @@ GcReport LocalBackend::gc(bool dry_run) {
       continue;
     }
     act({"sandbox", rec.id, verdict.reason, false, ""}, [&] {
-      Fd guard = registry_.lock(rec.id, true);
+      Fd guard = registry_.lock_if_present(rec.id, true);
+      if (!guard) return;  // removed while this waited (a one-shot's own teardown)
       // Re-check under the lock: an exec may have begun since the listing.
       if (used_meanwhile()) throw Error(Errc::conflict, "used meanwhile; kept");
       if (pooled) {
@@ -130,6 +131,11 @@ GcReport LocalBackend::gc(bool dry_run) {
       registry_.remove(id);
     });
     live.insert(id);
+  }
+  for (auto& path : registry_.unfinished_removals()) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && now - int64_t{st.st_mtim.tv_sec} * 1000 < kStrayGraceMs) continue;
+    act({"stray_dir", path, "a sandbox directory whose removal was cut short", false, ""}, [&] { remove_tree(path); });
   }
   // A sandbox created since `recs` was read has its record by now (made before its cgroup,
   // mounts or runsc container): read again, or the sweep takes it for an orphan and kills it.

@@ -19,6 +19,7 @@ namespace sbx {
 namespace {
 constexpr uint32_t kIdsPerSandbox = 65536;
 constexpr const char* kRecord = "record.json";
+constexpr std::string_view kRemoving = ".removing-";  // a sandbox directory on its way out (never a valid id)
 constexpr const char* kActivity = "activity";
 constexpr const char* kRootLock = "registry.lock";
 
@@ -196,10 +197,42 @@ std::vector<std::string> Registry::stray_dirs() const {
 
 void Registry::remove(const std::string& id) {
   if (!valid_sandbox_id(id)) throw Error(Errc::invalid_argument, "not a sandbox id: " + id);
-  remove_tree(dir(id));
+  // Renamed away first: whoever waited for the lock finds the sandbox gone at
+  // once and whole, not half-removed; gc sweeps what a crash leaves of the rename.
+  std::string going = sandboxes_ + "/" + std::string(kRemoving) + id;
+  if (::rename(dir(id).c_str(), going.c_str()) == 0) return remove_tree(going);
+  if (errno == ENOENT) return;
+  remove_tree(dir(id));  // e.g. a crash's leftover holds that name
+}
+
+std::vector<std::string> Registry::unfinished_removals() const {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(sandboxes_.c_str())) {
+    while (auto* e = ::readdir(d))
+      if (std::string_view(e->d_name).starts_with(kRemoving)) out.push_back(sandboxes_ + "/" + e->d_name);
+    ::closedir(d);
+  }
+  return out;
 }
 
 Fd Registry::lock(const std::string& id, bool exclusive) const { return lock_file(dir(id) + "/lock", exclusive); }
+
+Fd Registry::lock_if_present(const std::string& id, bool exclusive) const {
+  // No O_CREAT: a lock file made in a directory being removed would keep it from going.
+  std::string path = dir(id) + "/lock";
+  Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return find(id) ? lock(id, exclusive) : Fd{};  // a record from before lock files
+    throw sys_error("cannot open lock " + path, errno);
+  }
+  while (::flock(fd.get(), exclusive ? LOCK_EX : LOCK_SH) != 0) {
+    if (errno != EINTR) throw sys_error("cannot lock " + path, errno);
+  }
+  // The file this holds may have been unlinked while it waited.
+  struct stat held {}, now {};
+  if (::fstat(fd.get(), &held) != 0 || ::stat(path.c_str(), &now) != 0 || held.st_ino != now.st_ino || !find(id)) fd.reset();
+  return fd;
+}
 
 Fd Registry::try_lock(const std::string& id) const {
   Fd fd(::open((dir(id) + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));

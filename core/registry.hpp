@@ -48,9 +48,14 @@ class Registry {
   std::vector<std::string> stray_dirs() const;
   /// Deletes a sandbox's directory (after its driver freed everything else).
   void remove(const std::string& id);
+  /// Directories whose removal was cut short (their remover died): gc's to delete.
+  std::vector<std::string> unfinished_removals() const;
   /// Takes the per-sandbox lock (held while the returned Fd lives): shared for
   /// users of a sandbox (exec, cp), exclusive for whoever destroys it.
   Fd lock(const std::string& id, bool exclusive = true) const;
+  /// lock(), or an empty Fd when the sandbox has no record any more, also when
+  /// it went while this waited (a one-shot's teardown, another rm).
+  Fd lock_if_present(const std::string& id, bool exclusive = true) const;
   /// The exclusive lock if nobody holds the sandbox's lock now, else an empty
   /// Fd (also when the sandbox is gone): a warm-pool claim skips busy ones.
   Fd try_lock(const std::string& id) const;

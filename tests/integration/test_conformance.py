@@ -256,6 +256,20 @@ def test_exec_rm_one_shot(sbx, driver):
     assert set(sbx.ls_ids()) <= before, "exec --rm left a sandbox behind"
 
 
+def test_exec_rm_is_gone_once_it_returns(sbx, driver):
+    # Its teardown goes on in a detached process after the call returns;
+    # `sbx ls` (like rm and gc) waits for it, so nothing sees a sandbox half-removed.
+    before = set(sbx.ls_ids())
+    sandboxes = os.path.join(sbx.state_dir, "sandboxes")
+    dirs = set(os.listdir(sandboxes)) if os.path.isdir(sandboxes) else set()
+    for _ in range(2 if driver == "microvm" else 8):
+        r = sbx.run("exec", "--rm", "--driver", driver, "--", "true")
+        assert r.rc == 0, r
+        assert set(sbx.ls_ids()) <= before
+        if driver != "remote":
+            assert set(os.listdir(sandboxes)) <= dirs, "a one-shot's directory outlived `sbx ls` saying it was gone"
+
+
 def test_exec_rm_frees_everything(sbx, driver):
     before = set(sbx.ls_ids())
     p = sbx.popen("exec", "--rm", "--driver", driver, "--", "sh", "-c", "sleep 1.5; echo done")

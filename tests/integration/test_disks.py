@@ -130,6 +130,7 @@ def test_one_shot_leaves_no_loop_device(sbx, driver):
     before = set(loop_devices_under(sbx.state_dir + "/"))
     r = sbx.run("exec", "--rm", "--driver", driver, "--", "sh", "-c", "echo hi > /tmp/x && cat /tmp/x", timeout=120)
     assert r.rc == 0 and r.out == "hi\n", r
+    sbx.ls_ids()  # waits for the one-shot's teardown, which runs on after the call returns
     left = set(loop_devices_under(sbx.state_dir + "/")) - before
     assert not left, left
 

@@ -264,6 +264,26 @@ def test_live_exec_rm_is_kept_by_gc(gc_sbx, driver):
     assert wait_until(lambda: sid not in gc_sbx.ls_ids(), 15), f"{sid} outlived its one-shot"
 
 
+@pytest.mark.only_drivers("subprocess", "runsc", "microvm", "deno")
+def test_exec_rm_answers_before_its_teardown_and_gc_finishes_a_cut_one(gc_sbx, driver):
+    # `sbx exec --rm` hands the sandbox's removal to a detached process and
+    # exits with the command's status. Killed at the removal's first step (a
+    # test-only crash point), that process takes the call's result with it no
+    # longer (before: the call itself died, -9); the sandbox waits for gc.
+    before = set(gc_sbx.ls_ids())
+    cmd = ["python3", "-c", "raise SystemExit(7)"] if driver == "deno" else ["sh", "-c", "exit 7"]
+    r = gc_sbx.run("exec", "--rm", "--driver", driver, "--", *cmd, env={"SBX_TEST_CRASH_AT": "rm.locked"})
+    assert r.rc == 7, r
+    (sid,) = set(gc_sbx.ls_ids()) - before
+    r = gc_sbx.run("gc", "--json").ok()
+    a = _sandbox_actions(json.loads(r.stdout)).get(sid)
+    assert a and a["done"] and a["reason"].startswith("one-shot client"), r
+    assert sid not in gc_sbx.ls_ids()
+    assert not os.path.exists(gc_sbx.sandbox_dir(sid))
+    assert not [d for d in gc_sbx.cgroup_dirs(sid) if os.path.isdir(d)]
+    assert not mountinfo_lines_mentioning(gc_sbx.sandbox_dir(sid))
+
+
 def test_gc_spares_other_state_roots(sbx, sandbox, session_root, driver):
     # Two state roots on one host (e.g. per-user roots, or CI jobs with their own
     # SBX_STATE_DIR). gc of one must not treat the other's live sandboxes as orphans.

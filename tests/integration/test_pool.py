@@ -202,6 +202,25 @@ def test_drain_and_rm_all_leave_nothing(clients):
         assert not os.path.exists(c.sandbox_dir(sid)) and c.cgroup_dirs(sid) == []
 
 
+def test_one_shots_refill_the_pool_without_a_manager(clients):
+    # No sbx serve here: the process that finishes a one-shot's removal tops the
+    # pool up, so a loop of `sbx exec --rm` keeps taking pooled sandboxes
+    # (before: the first one did, and every later one started cold).
+    c = clients.new({"SBX_POOL": "subprocess=1"}, label="pool-oneshot")
+    (spare,) = fill(c, 1)
+    for _ in range(3):
+        r = c.run("exec", "--rm", "--", "true")
+        assert r.rc == 0, r
+
+        def refilled():
+            ids = [p["id"] for p in pooled(c)]
+            return ids if ids and ids != [spare] else None
+        ids = wait_until(refilled, 30)
+        assert ids, f"the one-shot took {spare} and the pool stayed empty"
+        c.created.extend(ids)
+        (spare,) = ids
+
+
 def test_sbx_serve_refills_its_pool_in_the_background(managers):
     m = managers.new("pool", "pool:\n  subprocess: 2\nserver:\n  reap_interval: 1h\n")
 
