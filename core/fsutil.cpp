@@ -158,12 +158,16 @@ void remove_tree(const std::string& path) {
   with_context("removing " + path, [&] { remove_at(AT_FDCWD, path.c_str(), st.st_dev); });
 }
 
+void flock_wait(int fd, bool exclusive, const std::string& path) {
+  while (::flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0) {
+    if (errno != EINTR) throw sys_error("cannot lock " + path, errno);
+  }
+}
+
 Fd lock_file(const std::string& path, bool exclusive) {
   Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!fd) throw sys_error("cannot open lock " + path, errno);
-  while (::flock(fd.get(), exclusive ? LOCK_EX : LOCK_SH) != 0) {
-    if (errno != EINTR) throw sys_error("cannot lock " + path, errno);
-  }
+  flock_wait(fd.get(), exclusive, path);
   return fd;
 }
 

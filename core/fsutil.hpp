@@ -35,6 +35,8 @@ void write_all(int fd, std::string_view data);
 /// Reads exactly n bytes; returns false on EOF before the first byte.
 bool read_exact(int fd, void* buf, size_t n);
 /// Takes a flock on path (created if missing), exclusive or shared; released when the Fd closes.
+/// Waits for flock(2) on fd (retrying on EINTR); path names it in the error.
+void flock_wait(int fd, bool exclusive, const std::string& path);
 Fd lock_file(const std::string& path, bool exclusive = true);
 /// Whether a path exists (without following a final symlink).
 bool path_exists(const std::string& path);

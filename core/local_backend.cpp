@@ -101,6 +101,11 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
   return spec;
 }
 
+bool one_shot_client_gone(const SandboxRecord& rec) {
+  const OneShotClient& c = rec.one_shot;
+  return c.pid && c.pid_ns == proc::pid_namespace() && !proc::alive(c.pid, c.start);
+}
+
 LocalBackend::LocalBackend(const Config& cfg, const DriverTable& drivers)
     : cfg_(cfg), drivers_(drivers), registry_(cfg.state_dir, cfg.uid_base),
       pool_(cfg_, drivers_, registry_, [this](const SandboxRecord& r) { return alive(r); }) {}
@@ -343,9 +348,7 @@ std::vector<SandboxRecord> LocalBackend::list() {
   // A one-shot whose client has exited is being torn down by the process it
   // left that to (or, were that killed, is gc's): wait for its lock, then see.
   std::erase_if(recs, [&](const SandboxRecord& r) {
-    const OneShotClient& c = r.one_shot;
-    if (!c.pid || c.pid_ns != proc::pid_namespace() || proc::alive(c.pid, c.start)) return false;
-    return !registry_.lock_if_present(r.id, false);
+    return one_shot_client_gone(r) && !registry_.lock_if_present(r.id, false);
   });
   for (auto& r : recs) {
     if (!has_agent(r.state)) continue;

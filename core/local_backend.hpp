@@ -134,6 +134,10 @@ SandboxSpec normalize_spec(SandboxSpec spec, const Config& cfg, const DriverTabl
 /// The end of a sandbox's record, and of its claim on its image.
 void forget_record(Registry& registry, const SandboxRecord& rec);
 
+/// A one-shot sandbox whose client (in this pid namespace) has exited: its
+/// teardown is under way, or, that cut short, gc's to finish.
+bool one_shot_client_gone(const SandboxRecord& rec);
+
 /// Throws usage for a background request that cannot be one: in a one-shot
 /// (its sandbox goes when the call returns) or with a timeout.
 void check_background_request(const ExecRequest& req, bool one_shot);

@@ -21,6 +21,12 @@ namespace sbx {
 namespace {
 // A directory without a record younger than this may be a create in progress.
 constexpr int64_t kStrayGraceMs = 120'000;
+
+// Whether path was modified within the grace period (false when it is gone).
+bool within_grace(const std::string& path, int64_t now) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && now - int64_t{st.st_mtim.tv_sec} * 1000 < kStrayGraceMs;
+}
 }  // namespace
 
 LocalBackend::GcVerdict LocalBackend::gc_verdict(const SandboxRecord& rec, Driver& driver, int64_t now,
@@ -35,9 +41,8 @@ LocalBackend::GcVerdict LocalBackend::gc_verdict(const SandboxRecord& rec, Drive
   };
   // A one-shot lives only as long as its client (a killed `sbx exec --rm`);
   // a client in another pid namespace cannot be judged from here.
-  const OneShotClient& client = rec.one_shot;
-  if (client.pid && client.pid_ns == proc::pid_namespace() && !proc::alive(client.pid, client.start))
-    return remove("one-shot client (pid " + std::to_string(client.pid) + ") is gone");
+  if (one_shot_client_gone(rec))
+    return remove("one-shot client (pid " + std::to_string(rec.one_shot.pid) + ") is gone");
   if (rec.state == SandboxState::creating) {
     // Its creator held the lock from the start: free, the creator is gone (a crash, a SIGKILL).
     if (registry_.abandoned(rec.id)) return remove("its creator died while creating it");
@@ -117,9 +122,7 @@ GcReport LocalBackend::gc(bool dry_run) {
     });
   }
   for (auto& id : registry_.stray_dirs()) {
-    struct stat st {};
-    if (::stat(registry_.dir(id).c_str(), &st) == 0 && now - int64_t{st.st_mtim.tv_sec} * 1000 < kStrayGraceMs &&
-        !registry_.abandoned(id)) {
+    if (within_grace(registry_.dir(id), now) && !registry_.abandoned(id)) {
       live.insert(id);
       continue;
     }
@@ -133,8 +136,7 @@ GcReport LocalBackend::gc(bool dry_run) {
     live.insert(id);
   }
   for (auto& path : registry_.unfinished_removals()) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && now - int64_t{st.st_mtim.tv_sec} * 1000 < kStrayGraceMs) continue;
+    if (within_grace(path, now)) continue;
     act({"stray_dir", path, "a sandbox directory whose removal was cut short", false, ""}, [&] { remove_tree(path); });
   }
   // A sandbox created since `recs` was read has its record by now (made before its cgroup,

@@ -225,9 +225,7 @@ Fd Registry::lock_if_present(const std::string& id, bool exclusive) const {
     if (errno == ENOENT) return find(id) ? lock(id, exclusive) : Fd{};  // a record from before lock files
     throw sys_error("cannot open lock " + path, errno);
   }
-  while (::flock(fd.get(), exclusive ? LOCK_EX : LOCK_SH) != 0) {
-    if (errno != EINTR) throw sys_error("cannot lock " + path, errno);
-  }
+  flock_wait(fd.get(), exclusive, path);
   // The file this holds may have been unlinked while it waited.
   struct stat held {}, now {};
   if (::fstat(fd.get(), &held) != 0 || ::stat(path.c_str(), &now) != 0 || held.st_ino != now.st_ino || !find(id)) fd.reset();
