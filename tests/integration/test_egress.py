@@ -9,7 +9,9 @@ public-b.test.  Subprocess and runsc; microvm when SBX_TEST_DRIVERS names it.
 """
 from __future__ import annotations
 
+import fcntl
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -109,6 +111,27 @@ def forwarder_stops_with_the_last_jail(net_sbx, jailed):
     net_sbx.remove(sid).ok()
     assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
     assert jail_traces([sid]) == []
+
+
+def test_forwarder_starts_while_its_lock_is_held_for_a_moment(world, net_sbx, jailed):
+    # A forwarder on its way out, or running()'s probe, holds the lock as the
+    # next one starts: the new one waits for it instead of leaving the jail
+    # without a forwarder (a create then failed, 1 in ~200, with "did not start").
+    with forwarder_lock(exclusive=True):
+        old = forwarder_pid()
+        assert not old or wait_until(lambda: not os.path.exists(f"/proc/{old}"), 10)
+        fd = os.open(Path(NETJAIL_RUN_DIR) / "dns-forwarder.lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        releaser = threading.Timer(0.8, fcntl.flock, [fd, fcntl.LOCK_UN])
+        releaser.start()
+        try:
+            sid = jailed("--allow", "public-a.test")
+        finally:
+            releaser.join()
+            os.close(fd)
+        pid = forwarder_pid()
+        assert pid not in (0, old) and os.path.exists(f"/proc/{pid}")
+        assert resolve(net_sbx, sid, "public-a.test") == PUBLIC_A
 
 
 def test_microvm_egress_by_name(world, net_sbx):

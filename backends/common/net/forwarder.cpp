@@ -153,23 +153,39 @@ void drop_privileges() {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) throw sys_error("setting no_new_privs", errno);
 }
 
-// The lock, when nobody else holds it.
-Fd try_lock() {
+// The lock, waiting a while for it: whoever holds it may be a forwarder
+// on its way out (stop() sent SIGTERM) or running() probing for a moment,
+// and giving up at once would leave ensure_running() waiting for nobody.
+Fd wait_for_lock() {
   make_dirs(run_dir(), 0700);
   Fd f(::open(lock_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!f) throw sys_error("opening " + lock_path(), errno);
-  if (::flock(f.get(), LOCK_EX | LOCK_NB) != 0) return Fd();
+  auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (::flock(f.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) throw sys_error("locking " + lock_path(), errno);
+    if (Clock::now() >= deadline) return Fd();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return f;
 }
 
+// The forwarder's pid, once it answers: the lock is held and the pid file
+// names a live forwarder. The lock alone is not enough: running() holds it
+// for a moment while it probes, and the pid file outlives a killed forwarder.
 pid_t running_pid() {
   if (!running()) return 0;
-  auto text = read_file_if_exists(pid_path()).value_or("");
+  pid_t pid = 0;
   try {
-    return static_cast<pid_t>(std::stol(text));
+    pid = static_cast<pid_t>(std::stol(read_file_if_exists(pid_path()).value_or("")));
   } catch (const std::exception&) {
     return 0;
   }
+  // A zombie's cmdline is empty.
+  auto cmdline = read_file_if_exists("/proc/" + std::to_string(pid) + "/cmdline").value_or("");
+  auto arg1 = cmdline.find('\0');
+  if (arg1 == std::string::npos || cmdline.compare(arg1 + 1, std::string::npos, std::string(kSubcommand) + '\0') != 0)
+    return 0;
+  return pid;
 }
 
 void spawn() {
@@ -206,8 +222,12 @@ void spawn() {
 }  // namespace
 
 int serve() {
-  Fd lock = try_lock();
-  if (!lock) return 0;
+  Fd lock = wait_for_lock();
+  if (!lock) {
+    std::fprintf(stderr, "sbx dns-forwarder: another forwarder holds %s; leaving the jails to it\n",
+                 lock_path().c_str());
+    return 0;
+  }
   ::unlink(pid_path().c_str());
   Fd sock = listen_socket();
   drop_privileges();
@@ -276,8 +296,12 @@ std::string needs_reconcile() {
 }
 
 void reconcile(const std::string& what) {
-  if (what == "dns-forwarder restart") ensure_running();
-  if (what == "dns-forwarder stop" && !any_names()) stop();
+  // Under the jails' lock, as setup and teardown start and stop it: a stop
+  // decided before a new jail's lease appeared would leave that jail without one.
+  with_jails_locked([&] {
+    if (what == "dns-forwarder restart" && any_names()) ensure_running();
+    if (what == "dns-forwarder stop" && !any_names()) stop();
+  });
 }
 
 }  // namespace sbx::net::forwarder

@@ -31,7 +31,7 @@ inline constexpr uint32_t kAddr = 0x7F020D35;
 inline constexpr const char* kSubcommand = "__dns-forwarder";  // cli/dns_forwarder.hpp
 
 /// Runs the forwarder in this process until killed (the internal subcommand).
-/// Returns at once, 0, when another one already runs.
+/// Returns 0 when another one holds the lock for 3 s (it runs, or is slow to go).
 int serve();
 /// Whether a forwarder holds the lock now.
 bool running();

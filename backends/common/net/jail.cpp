@@ -381,6 +381,11 @@ bool any_names() {
   return false;
 }
 
+void with_jails_locked(const std::function<void()>& fn) {
+  Fd guard = lock();
+  fn();
+}
+
 Fd open_tap(const Jail& jail) { return attach_tap(jail.ifname); }
 
 }  // namespace sbx::net

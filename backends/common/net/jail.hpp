@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -98,6 +99,8 @@ struct NamePolicy {
 std::optional<NamePolicy> name_policy(uint32_t sandbox_addr);
 /// Whether any jail on this host names a domain (and so needs the forwarder).
 bool any_names();
+/// Runs fn under the host-wide lock that setup and teardown hold.
+void with_jails_locked(const std::function<void()>& fn);
 
 /// Opens the tap of a Attach::tap jail for a VM monitor (IFF_TAP | IFF_NO_PI | IFF_VNET_HDR).
 Fd open_tap(const Jail& jail);
