@@ -15,7 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import ID_RE, NETJAIL_RUN_DIR, forwarder_lock, jail_traces, require_listed_driver, wait_until
+import pytest
+
+from conftest import ID_RE, NETJAIL_RUN_DIR, forwarder_lock, jail_traces, wait_until
 from test_network import (PUBLIC_A, PUBLIC_B, WORLD_DNS, WORLD_PORT, jailed, net_driver, net_sbx,  # noqa: F401 (fixtures)
                           probe, resolve, vm_probe, vm_resolve, world)
 
@@ -134,10 +136,10 @@ def test_forwarder_starts_while_its_lock_is_held_for_a_moment(world, net_sbx, ja
         assert resolve(net_sbx, sid, "public-a.test") == PUBLIC_A
 
 
-def test_microvm_egress_by_name(world, net_sbx):
+@pytest.mark.only_drivers("microvm")
+def test_microvm_egress_by_name(driver, world, net_sbx):
     # The guest's DNS goes through its tap to the same forwarder: only the
     # allowed name and its CNAME chain resolve, and only what they resolved to opens.
-    require_listed_driver(net_sbx, "microvm")
     with forwarder_lock():
         r = net_sbx.run("create", "--driver", "microvm", "--image", "host", "--network", "jail", "--allow", "alias.test",
                         env={"SBX_NET_DNS": WORLD_DNS}, timeout=120)

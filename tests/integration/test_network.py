@@ -12,11 +12,14 @@ reach is the jail's doing.  No packet goes anywhere but loopback and these
 namespaces: sandboxes are created with SBX_NET_DNS pointing at the world's DNS.
 
 From a jailed sandbox the public hosts answer and every private one, the host
-and IPv6 do not; from `--network none` nothing answers.  Both drivers.
+and IPv6 do not; from `--network none` nothing answers.  Subprocess and runsc; micro-VMs
+in the test_microvm_* tests (lane vm of scripts/test.sh), whose world waits for the other
+lane's to go (WORLD_LOCK: the addresses are fixed).
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ID_RE, Sbx, create_in_parallel, driver_problem, forwarder_lock, jail_traces, require_listed_driver,
+from conftest import (ID_RE, Sbx, create_in_parallel, driver_problem, forwarder_lock, jail_traces,
                       skip_or_fail, wait_until)
 
 NET_DRIVERS = ("subprocess", "runsc")
@@ -39,6 +42,7 @@ PUBLIC_A, PUBLIC_B, WORLD_DNS, HOST_SIDE = "198.51.100.10", "198.51.100.11", "19
 PRIVATE = {"10/8": "10.99.77.10", "192.168/16": "192.168.77.10", "172.16/12": "172.16.77.10",
            "100.64/10": "100.64.77.10", "cloud metadata": "169.254.169.254"}
 WORLD_PORT = 8080
+WORLD_LOCK = "/run/sbx-tests-world.lock"
 
 # Runs in the world's namespace: "hello <address>" over TCP on every address,
 # and a tiny DNS server: A records of fixed names; "flip.test", whose address
@@ -254,11 +258,16 @@ def world():
         skip_or_fail("the network tests need root (network namespaces, routes)")
     if subprocess.run(["which", "ip"], capture_output=True).returncode != 0:
         skip_or_fail("the network tests need iproute2's `ip`")
-    taken = clashes()
-    if taken:
-        skip_or_fail(f"this host already routes addresses of the test world: {taken}")
+    # One world on the host at a time: its addresses are fixed, and the other
+    # CI lane (micro-VMs) builds one too. Taken before looking for clashes,
+    # which the other lane's world would be.
+    held = os.open(WORLD_LOCK, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
     w = World()
     try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        taken = clashes()
+        if taken:
+            skip_or_fail(f"this host already routes addresses of the test world: {taken}")
         w.build()
         # The host reaches every world host: what a sandbox cannot reach is the jail's doing.
         for a in [PUBLIC_A, PUBLIC_B, *PRIVATE.values()]:
@@ -266,6 +275,7 @@ def world():
         yield w
     finally:
         w.destroy()
+        os.close(held)
 
 
 @pytest.fixture(scope="module")
@@ -503,7 +513,6 @@ def vm_resolve(sbx: Sbx, sid: str, name: str) -> str:
 def vm_jails(world, net_sbx):
     """Micro-VMs booted at once: name -> id ("jail", "jail2": --network jail; "none").
     The busybox guest (--image host): its nc and nslookup are the probes here."""
-    require_listed_driver(net_sbx, "microvm")
     made, errors = create_in_parallel(
         net_sbx, {name: ["--driver", "microvm", "--image", "host", "--network", network]
                   for name, network in {"jail": "jail", "jail2": "jail", "none": "none"}.items()},
@@ -516,7 +525,8 @@ def vm_jails(world, net_sbx):
             net_sbx.remove(*made.values())
 
 
-def test_microvm_jail_reaches_public_hosts_only(world, net_sbx, vm_jails):
+@pytest.mark.only_drivers("microvm")
+def test_microvm_jail_reaches_public_hosts_only(driver, world, net_sbx, vm_jails):
     sid = vm_jails["jail"]
     assert net_sbx.record(sid)["driver_data"]["netjail"], "the VM's record names no jail"
     info = jail_info(net_sbx, sid)
@@ -528,7 +538,8 @@ def test_microvm_jail_reaches_public_hosts_only(world, net_sbx, vm_jails):
     assert not reached, f"a jailed micro-VM reached private or host addresses: {reached}"
 
 
-def test_microvm_jail_resolves_names_through_the_host(world, net_sbx, vm_jails):
+@pytest.mark.only_drivers("microvm")
+def test_microvm_jail_resolves_names_through_the_host(driver, world, net_sbx, vm_jails):
     sid = vm_jails["jail"]
     assert vm_resolve(net_sbx, sid, "public-a.test") == PUBLIC_A
     assert vm_resolve(net_sbx, sid, "public-b.test") == PUBLIC_B
@@ -537,7 +548,8 @@ def test_microvm_jail_resolves_names_through_the_host(world, net_sbx, vm_jails):
     assert net_sbx.sh(sid, "grep nameserver /etc/resolv.conf").ok().out.split() == ["nameserver", gw]
 
 
-def test_microvm_network_none_has_no_nic_and_reaches_nothing(world, net_sbx, vm_jails):
+@pytest.mark.only_drivers("microvm")
+def test_microvm_network_none_has_no_nic_and_reaches_nothing(driver, world, net_sbx, vm_jails):
     sid = vm_jails["none"]
     assert net_sbx.sh(sid, "ls /sys/class/net").ok().out.split() == ["lo"]
     res = vm_probe(net_sbx, sid, [f"{PUBLIC_A}:{WORLD_PORT}", *private_targets(world, HOST_SIDE)])
@@ -546,7 +558,8 @@ def test_microvm_network_none_has_no_nic_and_reaches_nothing(world, net_sbx, vm_
     assert vm_resolve(net_sbx, sid, "public-a.test").startswith("failed")
 
 
-def test_microvm_jails_cannot_reach_each_other(world, net_sbx, vm_jails):
+@pytest.mark.only_drivers("microvm")
+def test_microvm_jails_cannot_reach_each_other(driver, world, net_sbx, vm_jails):
     a, b = vm_jails["jail"], vm_jails["jail2"]
     gw_a = jail_info(net_sbx, a)["gateway"]
     own_a = gw_a.rsplit(".", 1)[0] + "." + str(int(gw_a.rsplit(".", 1)[1]) + 1)
@@ -564,7 +577,8 @@ def test_microvm_jails_cannot_reach_each_other(world, net_sbx, vm_jails):
         server.wait(timeout=30)
 
 
-def test_microvm_guest_root_cannot_unjail_itself(world, net_sbx, vm_jails):
+@pytest.mark.only_drivers("microvm")
+def test_microvm_guest_root_cannot_unjail_itself(driver, world, net_sbx, vm_jails):
     # The sandbox's root in the guest tries to take another address and send
     # to PUBLIC_B from it: the agent's confinement refuses (no CAP_NET_ADMIN),
     # and behind that the host's filter on the tap drops forged sources.
@@ -578,7 +592,8 @@ def test_microvm_guest_root_cannot_unjail_itself(world, net_sbx, vm_jails):
     assert res[f"10.99.77.10:{WORLD_PORT}"].startswith("closed"), res
 
 
-def test_microvm_rm_leaves_no_trace(world, net_sbx, vm_jails):
+@pytest.mark.only_drivers("microvm")
+def test_microvm_rm_leaves_no_trace(driver, world, net_sbx, vm_jails):
     sid = vm_jails["jail2"]
     present = jail_traces([sid])
     assert any(t.startswith("link") for t in present), f"no tap found while the VM runs: {present}"
@@ -586,6 +601,7 @@ def test_microvm_rm_leaves_no_trace(world, net_sbx, vm_jails):
     assert jail_traces([sid]) == []
 
 
-def test_microvm_gc_frees_the_jail_of_a_forgotten_vm(world, net_sbx, vm_jails):
+@pytest.mark.only_drivers("microvm")
+def test_microvm_gc_frees_the_jail_of_a_forgotten_vm(driver, world, net_sbx, vm_jails):
     # A crash can leave a VM's tap whose sandbox directory is gone: gc finds it by its lease.
     forget_and_gc(net_sbx, vm_jails["jail"])
