@@ -86,7 +86,8 @@ class Server {
                 auto it = conns_.find(fd);
                 return it == conns_.end() || it->second->congested();
               },
-              [this](int fd, uint32_t ch, int sock) { return splice_frame(fd, ch, sock); }}) {}
+              [this](int fd, uint32_t ch, int sock) { return splice_frame(fd, ch, sock); },
+              [this](int fd, std::string_view frame, int sock) { return pass_socket(fd, frame, sock); }}) {}
   int run();
 
  private:
@@ -109,6 +110,7 @@ class Server {
   void send(int conn_fd, const std::string& frame) { send_parts(conn_fd, frame, {}); }
   void send_parts(int conn_fd, std::string_view head, std::string_view body);
   ssize_t splice_frame(int conn_fd, uint32_t ch, int sock_fd);
+  bool pass_socket(int conn_fd, std::string_view frame, int sock_fd);
   void flush(Conn& c) { c.out.flush(c.fd.get(), c.dead); }
   void feed_reads(Conn& c);
   Exec* exec_on(int conn_fd, uint32_t ch);
@@ -138,6 +140,16 @@ ssize_t Server::splice_frame(int conn_fd, uint32_t ch, int sock_fd) {
     return -1;
   }
   return it->second->out.splice_frame(conn_fd, sock_fd, ch, it->second->dead);
+}
+
+bool Server::pass_socket(int conn_fd, std::string_view frame, int sock_fd) {
+  auto it = conns_.find(conn_fd);
+  if (it == conns_.end() || it->second->dead || it->second->out.pending()) return false;
+  // The descriptor travels with the frame's first byte; a rest not taken now is queued behind it.
+  ssize_t n = send_passing(conn_fd, frame, sock_fd);
+  if (n <= 0) return false;  // a micro-VM's serial line (ENOTSOCK), or full for now
+  if (static_cast<size_t>(n) < frame.size()) send_parts(conn_fd, frame.substr(static_cast<size_t>(n)), {});
+  return true;
 }
 
 Exec* Server::exec_on(int conn_fd, uint32_t ch) {

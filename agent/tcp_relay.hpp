@@ -33,6 +33,10 @@ struct RelayHooks {
   /// Optional, when nothing waits for that connection: splices what the socket has into one
   /// data frame on the channel (OutQueue::splice_frame: bytes moved, 0 at EOF, -1 and errno).
   std::function<ssize_t(int conn_fd, uint32_t channel, int sock_fd)> splice;
+  /// Optional: sends the whole frame on that connection with sock_fd passed along
+  /// (SCM_RIGHTS), when nothing is queued before it; false when it cannot (not a
+  /// Unix socket, or busy): the connection is then relayed as usual.
+  std::function<bool(int conn_fd, std::string_view frame, int sock_fd)> pass_socket;
 };
 
 class TcpRelay {
@@ -72,6 +76,7 @@ class TcpRelay {
     bool sock_eof = false;   // the socket's EOF was passed on as end
     bool paused = false;
     bool no_splice = false;  // the socket (or the host's stream) takes no splices: read it
+    bool pass = false;       // the host asked for the socket itself (connect {pass: true})
   };
   void connected(Link& l);
   void read_sock(Link& l);

@@ -53,8 +53,8 @@ auto decode(F&& f) -> decltype(f()) {
   });
 }
 
-proto::Frame must_read(int fd) {
-  auto f = proto::read_frame(fd);
+proto::Frame must_read(int fd, Fd* passed = nullptr) {
+  auto f = proto::read_frame(fd, passed);
   if (!f) throw Error(Errc::protocol, "the sandbox's agent closed the connection").set_hint("the sandbox may have died; see `sbx ls`");
   return std::move(*f);
 }
@@ -332,12 +332,24 @@ void AgentClient::write_entry(const std::string& path, const FileEntry& meta,
   if (f.type == proto::Type::error) throw_remote(f);
 }
 
-void AgentClient::connect_port(uint16_t port) {
+Fd AgentClient::connect_port(uint16_t port, bool take_socket) {
   uint32_t ch = next_channel();
-  send_all(fd_.get(), proto::encode_json(proto::Type::connect, ch, {{"port", port}}));
-  auto f = must_read(fd_.get());
+  json req{{"port", port}};
+  if (take_socket) req["pass"] = true;
+  send_all(fd_.get(), proto::encode_json(proto::Type::connect, ch, req));
+  Fd passed;
+  auto f = must_read(fd_.get(), take_socket ? &passed : nullptr);
   if (f.type == proto::Type::error) throw_remote(f);
   if (f.type != proto::Type::ok) throw Error(Errc::protocol, "unexpected frame from the agent during connect");
+  if (!take_socket || !f.json().value("passed", false)) return Fd();
+  // What the agent passes comes from inside the sandbox: take only what a connect makes.
+  int type = 0, domain = 0;
+  socklen_t tlen = sizeof type, dlen = sizeof domain;
+  if (!passed || ::getsockopt(passed.get(), SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 ||
+      ::getsockopt(passed.get(), SOL_SOCKET, SO_DOMAIN, &domain, &dlen) != 0 || type != SOCK_STREAM ||
+      (domain != AF_INET && domain != AF_INET6))
+    throw Error(Errc::protocol, "the sandbox's agent answered a connect with something that is not a TCP socket");
+  return passed;
 }
 
 void AgentClient::relay_port(int local_fd) { relay_port_channel(fd_.get(), channel_, local_fd); }

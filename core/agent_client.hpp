@@ -76,8 +76,10 @@ class AgentClient {
                    const std::function<bool(std::string&)>& source);
   /// Opens a TCP connection to 127.0.0.1:port inside the sandbox (no network
   /// needed: the agent connects over loopback). Throws unavailable, with the
-  /// agent's message, when nothing listens there. Then call relay_port.
-  void connect_port(uint16_t port);
+  /// agent's message, when nothing listens there. Then call relay_port, unless
+  /// take_socket (the agent shares the host's kernel) and the agent passed the
+  /// connected socket itself: returned, a TCP socket (anything else is refused).
+  Fd connect_port(uint16_t port, bool take_socket = false);
   /// Relays the connection connect_port opened and the stream socket local_fd
   /// until both directions ended or either broke (core/port_relay.hpp). The
   /// client is spent afterwards.

@@ -39,6 +39,10 @@ class Driver {
   virtual void start(SandboxRecord& rec, const std::string& dir) = 0;
   /// Opens a new byte stream to the sandbox's agent.
   virtual Fd connect(const SandboxRecord& rec, const std::string& dir) = 0;
+  /// Whether the agent's sockets are this host kernel's and connect() is a Unix socket,
+  /// so a port's connection can be handed to the host (SCM_RIGHTS) and relayed there
+  /// directly. Not gVisor's (its sockets live in its own network stack) nor a VM's.
+  virtual bool agent_passes_sockets() const { return false; }
   /// Whether the sandbox's agent is still running.
   virtual bool alive(const SandboxRecord& rec) = 0;
   /// Kills the sandbox and frees every host resource it held. Idempotent; works

@@ -312,30 +312,38 @@ ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t
   return res;
 }
 
-// An agent connection whose connect to 127.0.0.1:port in the sandbox is up.
-AgentClient LocalBackend::port_client(const std::string& id, uint16_t port) {
+LocalBackend::PortConn LocalBackend::port_client(const std::string& id, uint16_t port) {
   SandboxRecord rec = registry_.get(id);
   auto driver = driver_for(rec);
   uint64_t oom_before = 0;
   // An agent connection of its own per TCP connection: the agent's backpressure then holds back only this one.
   AgentClient agent = connect_in_use(rec, *driver, oom_before);
+  Fd socket;
   try {
-    agent.connect_port(port);
+    socket = agent.connect_port(port, driver->agent_passes_sockets());
   } catch (const Error& e) {
     // The agent's refusal, named with the sandbox; any other error (deno's: no listening sockets there) as it is.
     if (e.code() != Errc::unavailable || std::string_view(e.what()).find("nothing listens") == std::string_view::npos) throw;
     throw Error(Errc::unavailable, "nothing listens on 127.0.0.1:" + std::to_string(port) + " in sandbox " + rec.id)
         .set_hint("start the server in the sandbox first, listening on 127.0.0.1 or 0.0.0.0");
   }
-  return agent;
+  return {std::move(agent), std::move(socket)};
 }
 
 void LocalBackend::forward_port(const std::string& id, uint16_t port, int local_fd) {
-  port_client(id, port).relay_port(local_fd);
+  PortConn c = port_client(id, port);
+  if (c.socket) return splice_streams(local_fd, c.socket.get());
+  c.agent.relay_port(local_fd);
 }
 
 Fd LocalBackend::open_port(const std::string& id, uint16_t port) {
-  AgentClient agent = port_client(id, port);
+  PortConn c = port_client(id, port);
+  if (c.socket) {
+    // The agent made it non-blocking; the caller reads and writes it as a plain connected socket.
+    ::fcntl(c.socket.get(), F_SETFL, ::fcntl(c.socket.get(), F_GETFL) & ~O_NONBLOCK);
+    return std::move(c.socket);
+  }
+  AgentClient agent = std::move(c.agent);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) throw sys_error("socketpair", errno);
   Fd ours(sv[0]), theirs(sv[1]);

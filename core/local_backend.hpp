@@ -78,8 +78,13 @@ class LocalBackend : public Backend {
   /// connect() under the sandbox's shared lock, as an exec or copy starts; also
   /// reads the OOM-kill count that tells later whether the memory cap ended it.
   AgentClient connect_in_use(SandboxRecord& rec, Driver& driver, uint64_t& oom_before);
-  /// An agent connection of a running sandbox with a TCP connection to 127.0.0.1:port in it open.
-  AgentClient port_client(const std::string& id, uint16_t port);
+  /// A TCP connection to 127.0.0.1:port in a running sandbox: the connected socket
+  /// itself where the driver's agent passes it, else relayed over `agent`.
+  struct PortConn {
+    AgentClient agent;
+    Fd socket;
+  };
+  PortConn port_client(const std::string& id, uint16_t port);
   /// Called in a handler for a stream that broke mid-exec: when the sandbox is gone, records
   /// it dead and reports an OOM kill that took it down; else rethrows.
   ExecResult agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before);

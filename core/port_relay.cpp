@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,10 +10,11 @@
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <thread>
 
+#include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/protocol.hpp"
+#include "core/unix_socket.hpp"
 
 namespace sbx {
 
@@ -240,48 +239,81 @@ void ChannelRelay::run() {
 }  // namespace
 
 void relay_port_channel(int agent_fd, uint32_t channel, int local_fd) {
-  // splice() to a socket whose peer is gone raises SIGPIPE (it takes no MSG_NOSIGNAL): in
-  // this thread it is EPIPE instead, as for the relay's sends.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  block_sigpipe_in_this_thread();  // as for the relay's sends, which take MSG_NOSIGNAL
   ChannelRelay(agent_fd, channel, local_fd).run();
 }
 
 namespace {
-// One direction of splice_streams; false when a side broke.
-bool copy_until_eof(int from, int to) {
-  char buf[proto::kChunk];
-  for (;;) {
-    ssize_t n = ::read(from, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) {
-      ::shutdown(to, SHUT_WR);
-      return true;
-    }
-    if (n < 0) return false;
-    for (ssize_t off = 0; off < n;) {
-      ssize_t w = ::send(to, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      off += w;
-    }
+// One direction of splice_streams: from's bytes through a pipe to `to`, spliced
+// (the kernel moves the pages; the host copies nothing), its EOF passed on as
+// shutdown(SHUT_WR). Both sockets are non-blocking; false when a side broke.
+struct Direction {
+  int from, to;
+  Fd r, w;
+  size_t cap = 0, held = 0;
+  bool eof = false, done = false;
+
+  Direction(int f, int t) : from(f), to(t) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw sys_error("pipe", errno);
+    r.reset(p[0]);
+    w.reset(p[1]);
+    ::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(kHighWater));
+    int c = ::fcntl(p[1], F_GETPIPE_SZ);
+    cap = c > 0 ? static_cast<size_t>(c) : 65536;
   }
-}
+  bool wants_read() const { return !eof && held < cap; }
+  bool fill() {
+    while (wants_read()) {
+      ssize_t n = ::splice(from, nullptr, w.get(), nullptr, cap - held, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (n > 0) held += static_cast<size_t>(n);
+      else if (n == 0) eof = true;
+      else if (errno != EINTR) return errno == EAGAIN;
+    }
+    return true;
+  }
+  bool drain() {
+    while (held) {
+      ssize_t n = ::splice(r.get(), nullptr, to, nullptr, held, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (n > 0) held -= static_cast<size_t>(n);
+      else if (n == 0 || errno != EINTR) return n < 0 && errno == EAGAIN;
+    }
+    if (eof && !done) ::shutdown(to, SHUT_WR), done = true;
+    return true;
+  }
+};
 }  // namespace
 
 void splice_streams(int a, int b) {
-  // A broken direction takes the other down with it: shutting both sockets wakes its blocked read.
+  block_sigpipe_in_this_thread();
+  set_nonblocking(a);
+  set_nonblocking(b);
+  // d[i] reads fds[i] and writes fds[1 - i].
+  int fds[2] = {a, b};
+  Direction d[2] = {{a, b}, {b, a}};
   auto broke = [a, b] {
     ::shutdown(a, SHUT_RDWR);
     ::shutdown(b, SHUT_RDWR);
   };
-  std::thread back([a, b, broke] {
-    if (!copy_until_eof(b, a)) broke();
-  });
-  if (!copy_until_eof(a, b)) broke();
-  back.join();
+  while (!d[0].done || !d[1].done) {
+    pollfd p[2];
+    for (int i = 0; i < 2; ++i) {
+      short ev = static_cast<short>((d[i].wants_read() ? POLLIN : 0) | (d[1 - i].held ? POLLOUT : 0));
+      // A socket finished both ways is left out: its hang-up would wake every poll.
+      p[i] = {d[i].eof && d[1 - i].done ? -1 : fds[i], ev, 0};
+    }
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return broke();
+    }
+    for (int i = 0; i < 2; ++i) {
+      // An error, or a hang-up before this side took everything meant for it (its
+      // peer reset, or it was shut down under us: sbx port-forward stopping).
+      if ((p[i].revents & POLLERR) || ((p[i].revents & POLLHUP) && !d[1 - i].done)) return broke();
+    }
+    for (auto& dir : d)
+      if (!dir.fill() || !dir.drain()) return broke();
+  }
 }
 
 }  // namespace sbx

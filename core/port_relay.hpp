@@ -15,8 +15,10 @@ namespace sbx {
 /// the other. Both descriptors are made non-blocking.
 void relay_port_channel(int agent_fd, uint32_t channel, int local_fd);
 
-/// Copies bytes both ways between two connected stream sockets until both
-/// directions reached EOF (each passed on as shutdown(SHUT_WR)) or one broke.
+/// Moves bytes both ways between two connected stream sockets (spliced: no copy
+/// on the host) until both directions reached EOF (each passed on as
+/// shutdown(SHUT_WR)) or one broke, or either socket was shut down both ways
+/// (then both are). Both are made non-blocking.
 void splice_streams(int a, int b);
 
 }  // namespace sbx

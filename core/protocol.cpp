@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/unix_socket.hpp"
 
 namespace sbx::proto {
 
@@ -114,9 +115,9 @@ std::optional<Frame> Decoder::pop() {
   return f;
 }
 
-std::optional<Frame> read_frame(int fd) {
+std::optional<Frame> read_frame(int fd, Fd* passed) {
   char hdr[kHeaderSize];
-  if (!read_exact(fd, hdr, sizeof hdr)) return std::nullopt;
+  if (!(passed ? read_exact_passing(fd, hdr, sizeof hdr, *passed) : read_exact(fd, hdr, sizeof hdr))) return std::nullopt;
   Header h = parse_header(hdr);
   Frame f;
   f.type = h.type;

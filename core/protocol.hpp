@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fd.hpp"
+
 namespace sbx::proto {
 
 inline constexpr uint32_t kVersion = 2;
@@ -37,7 +39,7 @@ enum class Type : uint8_t {
   proc_list = 0x0A,   ///< answered by ok {procs: [ProcessInfo]}: the background processes
   proc_attach = 0x0B, ///< json: {pid, follow, input, tail_lines}: started {pid}, kept then live output, exit (or end when not following); with input, stdin/resize/signal frames follow on the channel; end from the host detaches
   proc_signal = 0x0C, ///< json: {pid, signal}: to the background process's whole tree; answered ok
-  connect = 0x0D,     ///< json: {port}: a TCP connection to 127.0.0.1:port in the sandbox; answered ok, then data both ways, end = that side's EOF; error from the host aborts it; signal SIGSTOP/SIGCONT pauses/resumes reading its socket
+  connect = 0x0D,     ///< json: {port, pass?}: a TCP connection to 127.0.0.1:port in the sandbox; with pass (the host shares the agent's kernel: subprocess), answered ok {passed: true} carrying the connected socket (SCM_RIGHTS) and the channel is done, or else ok, then data both ways, end = that side's EOF; error from the host aborts it; signal SIGSTOP/SIGCONT pauses/resumes reading its socket
   detach = 0x0E,      ///< answered ok, then the agent closes every host connection and its listening socket, and listens again at SIGUSR1 (runsc checkpoint cannot save host sockets); refused (conflict) while another host is connected
   // agent -> host
   started = 0x81,      ///< json: {pid}
@@ -107,6 +109,8 @@ class Decoder {
 };
 
 /// Blocking read of one frame from fd; nullopt on a clean EOF between frames.
-std::optional<Frame> read_frame(int fd);
+/// With `passed`, a descriptor sent with the frame's first bytes (a Unix socket's
+/// SCM_RIGHTS: connect's answer with {"passed": true}) lands there.
+std::optional<Frame> read_frame(int fd, Fd* passed = nullptr);
 
 }  // namespace sbx::proto

@@ -1,5 +1,6 @@
 #include "core/unix_socket.hpp"
 
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -57,6 +58,65 @@ void send_all(int sock, std::string_view data) {
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
+}
+
+void block_sigpipe_in_this_thread() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+ssize_t send_passing(int sock, std::string_view data, int pass, bool block) {
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &pass, sizeof pass);
+  ssize_t n;
+  do n = ::sendmsg(sock, &msg, (block ? 0 : MSG_DONTWAIT) | MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n;
+}
+
+bool read_exact_passing(int sock, char* buf, size_t n, Fd& passed) {
+  size_t got = 0;
+  while (got < n) {
+    iovec iov{buf + got, n - got};
+    // Room for a few: a peer that sends more than one must not leave any open here.
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t r = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw sys_error("read failed", errno);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        if (!passed) passed.reset(fd);
+        else ::close(fd);
+      }
+    }
+    if (r == 0) {
+      if (got == 0) return false;
+      throw Error(Errc::protocol, "unexpected end of stream");
+    }
+    got += static_cast<size_t>(r);
+  }
+  return true;
 }
 
 }  // namespace sbx

@@ -1,8 +1,6 @@
 // The one translation unit that includes Boost.Beast (see websocket.hpp).
 #include "core/websocket.hpp"
 
-#include <pthread.h>
-#include <signal.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -24,6 +22,7 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/unix_socket.hpp"
 
 namespace sbx::ws {
 
@@ -383,10 +382,7 @@ void Feeder::finish() {
 }
 
 void Feeder::loop() {
-  sigset_t set;  // a reader gone is EPIPE here, never the process's SIGPIPE
-  sigemptyset(&set);
-  sigaddset(&set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  block_sigpipe_in_this_thread();  // a reader gone is EPIPE here
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || eof_ || !queue_.empty(); });

@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +17,7 @@
 #include "core/error.hpp"
 #include "core/fd.hpp"
 #include "core/fsutil.hpp"
+#include "core/unix_socket.hpp"
 #include "core/lazy_libs.hpp"
 #include "core/units.hpp"
 #include "remote/http.hpp"
@@ -123,10 +122,7 @@ std::pair<Fd, Fd> make_pipe() {
 template <class F>
 std::thread quiet_thread(F f) {
   return std::thread([f = std::move(f)]() mutable {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    block_sigpipe_in_this_thread();
     f();
   });
 }

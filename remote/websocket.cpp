@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/unix_socket.hpp"
 #include "core/terminal.hpp"
 #include "remote/tls_tunnel.hpp"
 #include "core/wire.hpp"
@@ -96,13 +97,6 @@ Fd connect_tcp(const HostPort& hp, const std::string& shown) {
   int one = 1;
   ::setsockopt(sock.get(), IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);  // keystrokes go out at once
   return sock;
-}
-
-void block_sigpipe() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
 // io's input to the manager until the session ends (wake readable).
@@ -189,7 +183,7 @@ Outcome run_session(ws::Connection& c, const json* first, ExecIO& io) {
   sigaddset(&winch, SIGWINCH);
   pthread_sigmask(SIG_BLOCK, &winch, &before);
   std::thread pump([&] {
-    block_sigpipe();
+    block_sigpipe_in_this_thread();
     pthread_sigmask(SIG_UNBLOCK, &winch, nullptr);
     pump_input(c, io, wake_r.get());
   });
@@ -239,7 +233,7 @@ Fd tunnel(std::unique_ptr<ws::Connection> c) {
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) throw sys_error("socketpair", errno);
   Fd mine(sp[0]);
   std::thread([conn = std::move(c), fd = Fd(sp[1])]() mutable {
-    block_sigpipe();
+    block_sigpipe_in_this_thread();
     ws::relay(*conn, fd.get());
   }).detach();
   return mine;

@@ -207,21 +207,7 @@ void send_api_request(const std::string& socket_path, const ApiRequest& r, int t
   std::string bytes = http_bytes(r);
   if (r.fd >= 0) {
     // The descriptor rides with the request's bytes (whatever of them one sendmsg takes).
-    char ctl[CMSG_SPACE(sizeof(int))] = {};
-    iovec iov{bytes.data(), bytes.size()};
-    msghdr m{};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl;
-    m.msg_controllen = sizeof ctl;
-    cmsghdr* c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &r.fd, sizeof(int));
-    ssize_t n;
-    while ((n = ::sendmsg(s.get(), &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-    }
+    ssize_t n = send_passing(s.get(), bytes, r.fd, true);
     if (n <= 0) throw sys_error("sending a descriptor to the VMM's API socket", errno);
     bytes.erase(0, static_cast<size_t>(n));
   }

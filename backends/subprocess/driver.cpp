@@ -73,6 +73,7 @@ class SubprocessDriver : public Driver {
   }
 
   Fd connect(const SandboxRecord& /*rec*/, const std::string& dir) override { return connect_unix(dir + "/agent.sock", "the sandbox's agent"); }
+  bool agent_passes_sockets() const override { return true; }
 
   bool alive(const SandboxRecord& rec) override {
     return proc::alive(rec.agent_pid, rec.agent_start);

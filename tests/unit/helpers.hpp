@@ -64,6 +64,17 @@ inline sbx::Fd loopback_listener(uint16_t& port) {
   return s;
 }
 
+// A TCP connection to 127.0.0.1:port.
+inline sbx::Fd loopback_connect(uint16_t port) {
+  sbx::Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return s;
+}
+
 inline bool exists(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;

@@ -29,6 +29,8 @@ namespace {
 struct Host {
   std::vector<proto::Frame> frames;
   bool congested = false;
+  bool takes_sockets = false;  // the pass_socket hook succeeds (a Unix stream to a host sharing the kernel)
+  Fd passed;
   TcpRelay relay{{[this](int, std::string_view head, std::string_view body) {
                     proto::Decoder d;
                     d.feed(head.data(), head.size());
@@ -36,7 +38,15 @@ struct Host {
                     while (auto f = d.pop()) frames.push_back(*f);
                   },
                   [this](int) { return congested; },
-                  {}}};
+                  {},
+                  [this](int, std::string_view frame, int sock) {
+                    if (!takes_sockets) return false;
+                    proto::Decoder d;
+                    d.feed(frame.data(), frame.size());
+                    while (auto f = d.pop()) frames.push_back(*f);
+                    passed.reset(::dup(sock));
+                    return true;
+                  }}};
   // One round of the agent's loop (bounded wait).
   void round(int timeout_ms = 1000) {
     std::vector<pollfd> p;
@@ -92,6 +102,36 @@ TEST_CASE("tcp relay: data both ways, each end passed on, then the channel is do
   CHECK(h.data() == "pong");
   CHECK(h.has(proto::Type::end));
   CHECK(h.relay.open_count() == 0);
+}
+
+TEST_CASE("tcp relay: asked to pass, the connected socket goes to the host and nothing stays") {
+  uint16_t port = 0;
+  Fd l = loopback_listener(port);
+  for (bool takes : {true, false}) {
+    Host h;
+    h.takes_sockets = takes;
+    h.relay.open(3, 9, {{"port", port}, {"pass", true}});
+    for (int i = 0; i < 20 && !h.has(proto::Type::ok); ++i) h.round();
+    REQUIRE(h.has(proto::Type::ok));
+    Fd server(::accept(l.get(), nullptr, nullptr));
+    REQUIRE(server);
+    if (takes) {
+      // The host has the socket and the answer says so; the relay keeps nothing of it.
+      CHECK(h.frames.back().json().value("passed", false));
+      CHECK(h.relay.open_count() == 0);
+      REQUIRE(h.passed);
+      REQUIRE(::write(h.passed.get(), "direct", 6) == 6);
+      h.passed.reset();
+      CHECK(read_all(server.get()) == "direct");
+    } else {
+      // The hook could not pass it (a micro-VM's serial line): relayed as usual.
+      CHECK_FALSE(h.frames.back().json().value("passed", false));
+      CHECK(h.relay.open_count() == 1);
+      h.relay.frame(3, frame(proto::Type::data, 9, "relayed"));
+      h.relay.frame(3, frame(proto::Type::end, 9));
+      CHECK(read_all(server.get()) == "relayed");
+    }
+  }
 }
 
 TEST_CASE("tcp relay: nothing listening is an error that names the port") {
