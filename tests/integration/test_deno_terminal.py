@@ -1,7 +1,7 @@
 """The deno driver's side of interactive sandboxes (issue 12): its agent's
 answers to protocol v2 (no background processes, no ports), and the terminal
 it emulates for `sbx exec -t` (no kernel, so no line discipline: the agent
-echoes and edits the line itself): the Python console and the JS REPL.
+echoes and edits the line itself, with history): the Python console and the JS REPL.
 
 Each is shown twice: speaking the agent protocol to the sandbox's socket
 directly (agent_proto.py), and through `sbx exec -t` on a real PTY (Python's
@@ -37,6 +37,34 @@ def agent(deno, box):  # noqa: F811
 
 def tty_exec(agent, ch, *cmd):
     return Session(agent, ch, {"cmd": list(cmd), "tty": True, "rows": 30, "cols": 100, "stdin": True})
+
+
+UP, DOWN, RIGHT, LEFT, HOME, END, DELETE = b"\x1b[A", b"\x1b[B", b"\x1b[C", b"\x1b[D", b"\x1b[H", b"\x1b[F", b"\x1b[3~"
+
+
+def screen_line(shown: bytes) -> str:
+    """The last line `shown` leaves on a terminal's screen: a character overwrites
+    the one at the cursor, "\\b" and CSI n D move left, CSI K clears to the end."""
+    line, cur = [], 0
+    for m in re.finditer(r"\x1b\[(\d*)([DK])|\r\n|.", shown.decode(), re.S):
+        if m[0] == "\r\n":
+            line, cur = [], 0
+        elif m[2] == "K":
+            del line[cur:]
+        elif m[2] == "D" or m[0] == "\b":
+            cur = max(0, cur - int(m[1] or 1))
+        else:
+            line[cur:cur + 1] = [m[0]]
+            cur += 1
+    return "".join(line)
+
+
+def enter(s, keys: bytes):
+    """Types keys and Enter in the Python console: the line on the screen when
+    Enter came, and what was printed up to the next prompt."""
+    s.type(keys + b"\r")
+    typed, _, printed = s.until(b">>> ").partition(b"\r\n")
+    return screen_line(typed), printed
 
 
 # --------------------------------------------------------------------------
@@ -92,10 +120,11 @@ def test_python_console_prompts_blocks_and_tracebacks(agent):
 def test_python_console_line_editing_and_control_keys(agent):
     s = tty_exec(agent, 11, "python3")
     s.until(b">>> ")
-    # Backspace erases on the screen and in the line; arrow keys type nothing.
-    s.type(b"'abx\x7fc\x1b[A\x1b[D'\r")
+    # Backspace erases on the screen and in the line; keys the line editor
+    # does not know (F5, Shift-Tab, Alt-x) type nothing.
+    s.type(b"'abx\x7fc\x1b[15~\x1b[Z\x1bx'\r")
     out = s.until(b">>> ")
-    assert out.startswith(b"'abx\b \bc'\r\n") and b"'abc'\r\n>>> " in out, out
+    assert out.startswith(b"'abx\b\x1b[Kc'\r\n") and b"'abc'\r\n>>> " in out, out
     # Ctrl-C at the prompt drops the line: KeyboardInterrupt, and the console goes on.
     s.type(b"12345\x03")
     assert s.until(b">>> ") == b"12345^C\r\nKeyboardInterrupt\r\n>>> "
@@ -121,6 +150,60 @@ def test_python_console_line_editing_and_control_keys(agent):
     assert b"'still here'\r\n>>> " in s.until(b">>> ")
     s.type(b"\x04")  # Ctrl-D on an empty line
     assert s.wait()["exit_code"] == 0
+
+
+def test_python_console_history(agent):
+    s = tty_exec(agent, 16, "python3")
+    s.until(b">>> ")
+    enter(s, b"x = 6*7")
+    assert enter(s, b"print(x)") == ("print(x)", b"42\r\n>>> ")
+    # Up brings back the last line, drawn after the prompt.
+    s.type(UP + b"\r")
+    assert s.until(b">>> ") == b"print(x)\r\n42\r\n>>> "
+    # A repeated line is one entry: two Ups (SS3 this time) reach `x = 6*7`, which is then edited.
+    assert enter(s, b"\x1bOA\x1bOA\x7f8") == ("x = 6*8", b">>> ")
+    # Ctrl-P twice: past the newest, `x = 6*8`, to `print(x)`.
+    assert enter(s, b"\x10\x10") == ("print(x)", b"48\r\n>>> ")
+    # The line being typed is kept while older ones are shown; Down (and Ctrl-N)
+    # comes back to it, and no further.
+    assert enter(s, b"'draft'" + UP + UP + DOWN + b"\x0e" + DOWN) == ("'draft'", b"'draft'\r\n>>> ")
+    # A line dropped by Ctrl-C is not kept.
+    s.type(b"'dropped'\x03")
+    s.until(b">>> ")
+    assert enter(s, UP) == ("'draft'", b"'draft'\r\n>>> ")
+    s.type(b"\x04")
+    assert s.wait()["exit_code"] == 0
+
+
+def test_python_console_cursor_movement_and_editing(agent):
+    s = tty_exec(agent, 17, "python3")
+    s.until(b">>> ")
+    # Typing in the middle of the line: the rest is printed again and the cursor put back.
+    s.type(b"prnt(5)" + LEFT * 5 + b"i\r")
+    assert s.until(b">>> ") == b"prnt(5)\b\b\b\b\bint(5)\x1b[5Dnt(5)\r\n5\r\n>>> "
+    # Home and End as the different terminals send them, and Ctrl-A/Ctrl-E.
+    for home, end in ((HOME, END), (b"\x1bOH", b"\x1bOF"), (b"\x1b[1~", b"\x1b[4~"), (b"\x01", b"\x05")):
+        assert enter(s, b"rint(6" + home + b"p" + end + b")") == ("print(6)", b"6\r\n>>> "), (home, end)
+    # Right, Delete under the cursor, Backspace before it.
+    assert enter(s, b"print(17)" + HOME + RIGHT * 6 + DELETE) == ("print(7)", b"7\r\n>>> ")
+    assert enter(s, b"print(123)" + LEFT + b"\x7f") == ("print(12)", b"12\r\n>>> ")
+    # Ctrl-K kills to the end of the line, Ctrl-U to its start.
+    assert enter(s, b"print(7)junk" + LEFT * 4 + b"\x0b") == ("print(7)", b"7\r\n>>> ")
+    assert enter(s, b"junkprint(8)\x01" + RIGHT * 4 + b"\x15") == ("print(8)", b"8\r\n>>> ")
+    # A multi-byte character is one column.
+    assert enter(s, "'hé'".encode() + LEFT + b"\x7f" + "ü".encode()) == ("'hü'", "'hü'\r\n>>> ".encode())
+    # Ctrl-C with the cursor inside the line: ^C after all of it.
+    s.type(b"12345" + LEFT * 3 + b"\x03")
+    assert s.until(b">>> ") == b"12345\b\b\b345^C\r\nKeyboardInterrupt\r\n>>> "
+    s.type(b"\x04")
+    assert s.wait()["exit_code"] == 0
+    # Ctrl-D inside a line hands over all of it (input() reads on to the newline, as on a Unix tty).
+    s = tty_exec(agent, 18, "python3", "-c", "print(repr(input('? ')))")
+    s.until(b"? ")
+    s.type(b"abc" + LEFT * 2 + b"\x04")
+    s.until(b"abc\b\bbc")
+    s.type(b"de\r")
+    assert s.wait()["exit_code"] == 0 and s.output.endswith(b"'abcde'\r\n"), s.output
 
 
 def test_python_console_exit_status_and_dash_i(agent):
@@ -277,6 +360,33 @@ def test_js_repl_through_sbx_exec_t(deno, box):  # noqa: F811
     assert t.wait() == 0
 
 
+def test_history_and_editing_through_sbx_exec_t(deno, box):  # noqa: F811
+    t = Pty(deno.argv("exec", "-it", box, "--", "python3"), deno.env())
+    t.until(rb">>> ")
+    t.type(b"print(1)\r")
+    t.until(rb"1\r\n>>> ")
+    t.type(UP + b"\r")
+    assert t.until(rb">>> ") == b"print(1)\r\n1\r\n>>> "
+    t.type(b"prnt(5)" + LEFT * 5 + b"i\r")
+    assert screen_line(t.until(rb"\r\n5\r\n>>> ").partition(b"\r\n")[0]) == "print(5)"
+    t.type(b"\x04")
+    assert t.wait() == 0
+    # The JS REPL has the same line editor.
+    t = Pty(deno.argv("exec", "-it", box, "--", "node"), deno.env())
+    t.until(rb"> ")
+    t.type(b"let n = 40\rn += 1\r")
+    t.until(rb"41\r\n> ")
+    t.type(UP + b"\r")
+    t.until(rb"n \+= 1\r\n42\r\n> ")
+    t.type(UP + UP + DOWN + b"\r")  # the repeated `n += 1` is one entry: Up, Up reach `let n = 40`
+    t.until(rb"43\r\n> ")
+    t.type(b"cnsole.log(n)" + LEFT * 12 + b"o\r")
+    t.until(rb"\r\n43\r\nundefined\r\n> ")
+    t.type(b".exit\r")
+    assert t.wait() == 0
+
+
 def test_detach_on_deno_says_why_not(deno, box):  # noqa: F811
     r = deno.run("exec", "-d", box, "--", "python3", "-c", "print(1)")
     assert r.rc != 0 and "no background processes" in r.err and "--driver subprocess" in r.err, r
+
