@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -37,6 +38,7 @@
 #include "core/fault.hpp"
 #include "core/unix_socket.hpp"
 #include "core/fsutil.hpp"
+#include "core/safe_path.hpp"
 
 namespace sbx::runsc {
 
@@ -290,30 +292,44 @@ class RunscDriver : public Driver {
   Probe memory_snapshots() override {
     auto why = memory_snapshots_off();
     return {!why, "memory snapshots (snapshot --memory)",
-            why ? *why : "runsc checkpoint/restore (experimental, SBX_RUNSC_MEMORY_SNAPSHOTS=1); network none only",
+            why ? *why : "runsc checkpoint/restore; network none only (SBX_RUNSC_MEMORY_SNAPSHOTS=0 turns them off)",
             "docs/snapshots.md", true};
   }
 
-  // Off unless asked for: on this host (runsc 20221219, ptrace) the checkpoint works, but
-  // `runsc restore` of it in the sandbox's bundle fails with "cannot allocate memory", and
-  // the checkpoint has ended the source by then, so a try loses the sandbox.
+  // On unless the operator turns them off: a checkpoint ends the source sandbox, which
+  // runs on only from its own restore, so a host where this runsc cannot restore (it
+  // says "cannot allocate memory" with stacked file binds) loses the sandbox.
   static std::optional<std::string> memory_snapshots_off() {
-    const char* on = std::getenv("SBX_RUNSC_MEMORY_SNAPSHOTS");
-    if (on && std::string(on) == "1") return std::nullopt;
-    return "runsc restore of sbx's checkpoints fails here (\"cannot allocate memory\"), and the checkpoint ends "
-           "the sandbox (SBX_RUNSC_MEMORY_SNAPSHOTS=1 tries anyway)";
+    const char* v = std::getenv("SBX_RUNSC_MEMORY_SNAPSHOTS");
+    if (!v || std::string(v) != "0") return std::nullopt;
+    return "turned off on this host (SBX_RUNSC_MEMORY_SNAPSHOTS=0)";
   }
 
   // Where this runsc rejects statx(AT_NO_AUTOMOUNT), GNU ls and stat fail on
   // every path ("Invalid argument"); busybox's applets stand in for them, bound
-  // read-only over the two binaries of the sandbox's root.
+  // read-only over the two binaries of the sandbox's root. Each file once: on a
+  // merged-/usr root /bin/ls is /usr/bin/ls, and two binds stacked on one file
+  // (four in all) make this runsc's restore of a checkpoint fail with "cannot
+  // allocate memory" (docs/snapshots.md).
   std::vector<std::pair<std::string, std::string>> statx_workarounds(const BundlePlan& plan, const std::string& platform) {
     std::vector<std::pair<std::string, std::string>> out;
     if (!is_regular(kBusybox) || !statx_broken(cfg_.state_dir, platform)) return out;
     bool usr_bound = std::find(plan.ro_binds.begin(), plan.ro_binds.end(), "/usr") != plan.ro_binds.end();
+    Fd root(::open(plan.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    std::set<std::pair<dev_t, ino_t>> bound;
     for (const char* tool : {"/usr/bin/ls", "/usr/bin/stat", "/bin/ls", "/bin/stat"}) {
-      std::string seen = usr_bound && std::string_view(tool).rfind("/usr/", 0) == 0 ? tool : plan.rootfs + tool;
-      if (is_regular(seen)) out.emplace_back(tool, kBusybox);
+      struct stat st {};
+      if (usr_bound && std::string_view(tool).rfind("/usr/", 0) == 0) {
+        if (::stat(tool, &st) != 0) continue;
+      } else {
+        // Resolved as the sandbox will see it: the image's own links stay inside its root.
+        try {
+          if (!root || ::fstat(open_in_root(root.get(), tool, O_PATH | O_CLOEXEC).get(), &st) != 0) continue;
+        } catch (const Error&) {
+          continue;
+        }
+      }
+      if (S_ISREG(st.st_mode) && bound.insert({st.st_dev, st.st_ino}).second) out.emplace_back(tool, kBusybox);
     }
     return out;
   }
