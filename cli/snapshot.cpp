@@ -36,7 +36,7 @@ void register_snapshot(CLI::App& app, Globals& g, Outcome& out) {
   };
   auto st = std::make_shared<State>();
   sub->add_option("args", st->args, "ID [NAME]: the sandbox and the snapshot's name (default ID-<ms>)")->expected(1, 2);
-  sub->add_flag("--memory", st->memory, "save its memory and running processes too (runsc; see `sbx doctor`)");
+  sub->add_flag("--memory", st->memory, "save its memory and running processes too (runsc, microvm; see `sbx doctor`)");
 
   auto* ls = sub->add_subcommand("ls", "List snapshots, oldest first");
   ls->add_flag("--json", st->json, "JSON array, one object per snapshot");
@@ -87,7 +87,7 @@ void register_fork(CLI::App& app, Globals& g, Outcome& out) {
   auto id = std::make_shared<std::string>();
   auto memory = std::make_shared<bool>(false);
   sub->add_option("id", *id, "sandbox id (or name, or unambiguous prefix)")->required();
-  sub->add_flag("--memory", *memory, "copy its memory and running processes too (runsc; see `sbx doctor`)");
+  sub->add_flag("--memory", *memory, "copy its memory and running processes too (runsc, microvm; see `sbx doctor`)");
   sub->callback([&g, &out, id, memory] {
     Config cfg = load_config(g);
     std::string ref = *id;

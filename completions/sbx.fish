@@ -195,7 +195,7 @@ complete -c sbx -n '__fish_seen_subcommand_from start pause resume' -a '(__sbx_i
 complete -c sbx -n '__fish_seen_subcommand_from snapshot fork' -f -a '(__sbx_ids)' -d 'Sandbox'
 complete -c sbx -n '__fish_seen_subcommand_from snapshot' -f -a 'ls rm' -d 'Snapshots'
 complete -c sbx -n '__fish_seen_subcommand_from snapshot' -l json -d 'JSON array (ls)'
-complete -c sbx -n '__fish_seen_subcommand_from snapshot fork' -l memory -d 'Memory and running processes too (runsc)'
+complete -c sbx -n '__fish_seen_subcommand_from snapshot fork' -l memory -d 'Memory and running processes too (runsc, microvm)'
 
 # port-forward: ID, then [LOCAL:]REMOTE.
 complete -c sbx -n '__fish_seen_subcommand_from port-forward; and test (count (commandline -opc)) -le 2' -a '(__sbx_ids)' -d 'Sandbox'

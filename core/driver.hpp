@@ -91,7 +91,7 @@ class Driver {
   virtual void checkpoint(SandboxRecord& rec, const std::string& /*dir*/, const std::string& /*memory*/,
                           const std::string& /*layer*/) {
     throw Error(Errc::unavailable, "the " + rec.spec.driver + " driver cannot save a sandbox's memory")
-        .set_hint("leave --memory out for a snapshot of its files; memory snapshots work on runsc (`sbx doctor`)");
+        .set_hint("leave --memory out for a snapshot of its files; memory snapshots work on runsc and on microvm with QEMU (`sbx doctor`)");
   }
   /// After seed_layer, before start(): start() then resumes the checkpoint() in the directory
   /// `memory` instead of booting, so the sandbox's processes run on from where they were.
@@ -100,7 +100,7 @@ class Driver {
   }
   /// Whether checkpoint() works on this host, and why not (doctor; advisory).
   virtual Probe memory_snapshots() {
-    return {false, "memory snapshots (snapshot --memory)", "not on this driver: only runsc saves a sandbox's processes here",
+    return {false, "memory snapshots (snapshot --memory)", "not on this driver: only runsc and microvm (QEMU) save a sandbox's processes",
             "docs/snapshots.md says why", true};
   }
   /// A note create shows before start() when starting takes a while (a VM boot).

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "backends/common/cgroup.hpp"
 #include "backends/common/disk.hpp"
 #include "backends/common/net/jail.hpp"
@@ -71,10 +73,11 @@ std::string tail(const std::string& path, size_t max = 1200) {
 // The VM monitor outlives this sbx process (the sandbox persists between CLI
 // calls): forked twice so it is nobody's child here and never a zombie of a
 // long-running sbx serve, joined to the sandbox's cgroup before it runs.
-// tap (or -1): a descriptor the monitor, and so the VMM it runs, inherits as kInheritedTapFd.
+// inherit: descriptors of this process the monitor, and so the VMM it runs, inherits,
+// each at the number given with it (the tap at kInheritedTapFd, the layer's at kLayerFds).
 // exe is what runs; argv[0] is only what ps shows.
 pid_t launch_detached(const std::string& exe, const std::vector<std::string>& argv, const std::string& log,
-                      const cgroup::Group& group, int tap) {
+                      const cgroup::Group& group, const std::vector<std::pair<int, int>>& inherit) {
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -96,8 +99,14 @@ pid_t launch_detached(const std::string& exe, const std::vector<std::string>& ar
     char c;
     if (::read(go_r.get(), &c, 1) != 1) ::_exit(127);  // the parent put us in the cgroup (or gave up)
     if (::dup2(devnull.get(), 0) < 0 || ::dup2(logfd.get(), 1) < 0 || ::dup2(logfd.get(), 2) < 0) ::_exit(127);
-    // dup2 leaves the copy without FD_CLOEXEC; a tap already at that number keeps its flag otherwise.
-    if (tap >= 0 && (tap == kInheritedTapFd ? ::fcntl(tap, F_SETFD, 0) : ::dup2(tap, kInheritedTapFd)) < 0) ::_exit(127);
+    // Each first out of the way of every target number, then dup2 to its own (the copy
+    // dup2 leaves has no FD_CLOEXEC). Nothing here allocates: this is a forked child.
+    int moved[8];
+    if (inherit.size() > 8) ::_exit(127);
+    for (size_t i = 0; i < inherit.size(); ++i)
+      if ((moved[i] = ::fcntl(inherit[i].first, F_DUPFD_CLOEXEC, 64)) < 0) ::_exit(127);
+    for (size_t i = 0; i < inherit.size(); ++i)
+      if (::dup2(moved[i], inherit[i].second) < 0) ::_exit(127);
     ::execv(exe.c_str(), args.data());
     ::_exit(127);
   }
@@ -178,6 +187,19 @@ class MicrovmDriver : public Driver {
                            ipv4_str(jail.host_addr) + " sbx.dns=" + ipv4_str(jail.host_addr);
       fault::point("create.jail");
     }
+    // QEMU reopens its disk read-only when a migration (a memory snapshot) hands it over,
+    // long after -runas dropped the rights to open it by path: it gets the layer as
+    // descriptors, one read-write and one read-only, to pick from instead.
+    Fd layer[2];
+    if (vmm->layer_by_fd()) {
+      layer[0].reset(::open(plan.disk.c_str(), O_RDWR | O_CLOEXEC));
+      layer[1].reset(::open(plan.disk.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!layer[0] || !layer[1]) throw sys_error("cannot open " + plan.disk, errno);
+      plan.layer_fds = true;
+    }
+    // From a memory snapshot (seed_memory): QEMU waits for the saved state instead of booting.
+    std::string restore = str(rec, "restore_from", "");
+    plan.incoming = !restore.empty();
     if (rec.uid_base) plan.runas = std::to_string(rec.uid_base) + ":" + std::to_string(rec.uid_base);
     if (vmm->name() != "qemu") plan.runas.clear();  // -runas is QEMU's
 
@@ -191,7 +213,11 @@ class MicrovmDriver : public Driver {
     argv.push_back("--");
     for (auto& a : vmm->command_line(plan)) argv.push_back(a);
     std::string log = dir + "/vm.log";
-    pid_t pid = launch_detached(agent, argv, log, group, vmm->tap_inherited() ? tap.get() : -1);
+    std::vector<std::pair<int, int>> inherit;
+    if (tap && vmm->tap_inherited()) inherit.emplace_back(tap.get(), kInheritedTapFd);
+    for (size_t i = 0; i < 2; ++i)
+      if (layer[i]) inherit.emplace_back(layer[i].get(), kLayerFds[i]);
+    pid_t pid = launch_detached(agent, argv, log, group, inherit);
     rec.agent_pid = pid;
     rec.agent_start = proc::start_time(pid);
     fault::point("create.agent");
@@ -209,6 +235,13 @@ class MicrovmDriver : public Driver {
     for (auto& r : vmm->boot_requests(plan))
       with_context("configuring the VM through " + vmm->name() + "'s API",
                    [&] { send_api_request(vmm->api_socket(plan), r, 20'000); });
+    if (!plan.incoming) return;
+    with_context("restoring the VM's memory from " + restore, [&] {
+      Fd state(::open((restore + "/vm.state").c_str(), O_RDONLY | O_CLOEXEC));
+      if (!state) throw sys_error("cannot open " + restore + "/vm.state", errno);
+      vmm->load_memory(plan.dir, state.get());
+    });
+    rec.driver_data.erase("restore_from");  // a restart (persistent) boots, as after a power cut
   }
 
   Fd connect(const SandboxRecord& rec, const std::string& dir) override {
@@ -252,6 +285,64 @@ class MicrovmDriver : public Driver {
   void seed_layer(const SandboxRecord& /*rec*/, const std::string& dir, const std::string& layer,
                   uint32_t /*from_uid_base*/) override {
     disk::copy_image(layer, dir + "/layer.img");
+  }
+
+  // Memory and devices through QEMU's migration into a file, the layer copied at the same
+  // stopped moment (after the guest's sync, as any snapshot), then the VM runs on. No NIC:
+  // a jail's tap and addresses belong to one sandbox, and the restored guest would keep them.
+  void checkpoint(SandboxRecord& rec, const std::string& dir, const std::string& memory,
+                  const std::string& layer) override {
+    if (rec.spec.network != "none")
+      throw Error(Errc::unavailable, "memory snapshots of micro-VMs need --network none (this sandbox's is " +
+                                         rec.spec.network + ")")
+          .set_hint("snapshot its files only (leave --memory out), or create the sandbox with --network none");
+    auto vmm = vmm_of(rec);
+    pause(rec, dir);
+    try {
+      copy_layer(rec, dir, layer);
+      Fd out(::open((memory + "/vm.state").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      if (!out) throw sys_error("cannot create " + memory + "/vm.state", errno);
+      vmm->save_memory(dir + "/vm", out.get());
+      if (::fsync(out.get()) != 0) throw sys_error("writing " + memory + "/vm.state", errno);
+      nlohmann::json saved{{"memory_mb", rec.spec.limits.memory_mb}, {"cpus", rec.spec.limits.cpus},
+                           {"image", rec.spec.image}, {"accel", str(rec, "accel", "")}};
+      write_file_atomic(memory + "/vm.json", saved.dump() + "\n", 0600);
+    } catch (...) {
+      resume(rec, dir);
+      throw;
+    }
+    resume(rec, dir);
+  }
+
+  // The VM comes back as it was saved: its RAM, vCPUs and disks are part of its state,
+  // so the new sandbox takes the saved ones whatever its own spec said.
+  void seed_memory(SandboxRecord& rec, const std::string& /*dir*/, const std::string& memory) override {
+    auto saved = nlohmann::json::parse(read_file_if_exists(memory + "/vm.json").value_or(""), nullptr, false);
+    if (!saved.is_object()) throw Error(Errc::io, "the memory snapshot's " + memory + "/vm.json is missing or unreadable");
+    if (rec.spec.network != "none")
+      throw Error(Errc::unavailable, "a micro-VM from a memory snapshot runs with --network none (asked: " +
+                                         rec.spec.network + ")")
+          .set_hint("create it with --network none");
+    std::string accel = choose_accel().kvm ? "kvm" : "tcg";
+    if (saved.value("accel", "") != accel)
+      throw Error(Errc::unavailable, "the memory snapshot was saved under " + saved.value("accel", "?") +
+                                         "; this host runs micro-VMs under " + accel);
+    rec.spec.limits.memory_mb = saved.value("memory_mb", rec.spec.limits.memory_mb);
+    rec.spec.limits.cpus = saved.value("cpus", rec.spec.limits.cpus);
+    rec.spec.image = saved.value("image", rec.spec.image);
+    rec.driver_data["restore_from"] = memory;
+  }
+
+  Probe memory_snapshots() override {
+    std::string vmm;
+    try {
+      vmm = choose_vmm(choose_accel())->name();
+    } catch (const Error& e) {
+      vmm = e.what();
+    }
+    bool ok = vmm == "qemu";
+    return {ok, "memory snapshots (snapshot --memory)",
+            ok ? "QEMU's migration into a file; network none only" : "needs QEMU (" + vmm + ")", "docs/snapshots.md", true};
   }
 
   bool alive(const SandboxRecord& rec) override {

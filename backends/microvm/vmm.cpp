@@ -38,23 +38,52 @@ std::string read_line(int fd, int timeout_ms) {
   throw Error(Errc::protocol, "the connection ended before a full line: '" + line + "'");
 }
 
-// One QMP command on QEMU's monitor socket: the greeting, qmp_capabilities,
-// then `cmd`; events QEMU sends meanwhile ({"event": ...}) are skipped.
-void qmp_command(const std::string& socket_path, const std::string& cmd) {
-  Fd s = connect_unix(socket_path, "QEMU's QMP socket");
-  auto answer = [&](const std::string& what) {
-    for (;;) {
-      json j = json::parse(read_line(s.get(), 5000), nullptr, false);
-      if (j.is_discarded() || j.contains("event") || j.contains("QMP")) continue;
-      if (j.contains("error")) throw Error(Errc::io, "QMP " + what + " failed: " + j["error"].dump());
-      return;
+// A session on QEMU's monitor socket: the greeting and qmp_capabilities, then
+// commands, each answered in turn; events QEMU sends meanwhile ({"event": ...}) are skipped.
+class Qmp {
+ public:
+  explicit Qmp(const std::string& socket_path) : s_(connect_unix(socket_path, "QEMU's QMP socket")) {
+    read_line(s_.get(), 5000);  // {"QMP": {"version": ...}}
+    execute("qmp_capabilities");
+  }
+  /// The command's "return"; `pass`, when given, travels with it (SCM_RIGHTS: getfd).
+  json execute(const std::string& cmd, const json& args = nullptr, int pass = -1) {
+    json req{{"execute", cmd}};
+    if (!args.is_null()) req["arguments"] = args;
+    std::string line = req.dump() + "\n";
+    if (pass >= 0) {
+      ssize_t n = send_passing(s_.get(), line, pass, true);
+      if (n <= 0) throw sys_error("sending a descriptor to QEMU", errno);
+      line.erase(0, static_cast<size_t>(n));
     }
-  };
-  read_line(s.get(), 5000);  // {"QMP": {"version": ...}}
-  write_all(s.get(), R"({"execute": "qmp_capabilities"})" "\n");
-  answer("qmp_capabilities");
-  write_all(s.get(), json{{"execute", cmd}}.dump() + "\n");
-  answer(cmd);
+    write_all(s_.get(), line);
+    for (;;) {
+      json j = json::parse(read_line(s_.get(), 5000), nullptr, false);
+      if (j.is_discarded() || j.contains("event") || j.contains("QMP")) continue;
+      if (j.contains("error")) throw Error(Errc::io, "QMP " + cmd + " failed: " + j["error"].dump());
+      return j.value("return", json::object());
+    }
+  }
+
+ private:
+  Fd s_;
+};
+
+// Polls `done` every 50 ms: a migration of a few hundred MiB under TCG takes seconds.
+template <class F>
+void wait_migration(const std::string& what, F done) {
+  for (int waited = 0; !done(); waited += 50) {
+    if (waited > 120'000) throw Error(Errc::timeout, what + " did not finish within 120 s");
+    ::usleep(50'000);
+  }
+}
+
+// The migration's state; "failed" throws with QEMU's reason.
+std::string migration_status(Qmp& q, const std::string& what) {
+  json m = q.execute("query-migrate");
+  std::string status = m.value("status", "");
+  if (status == "failed" || status == "cancelled") throw Error(Errc::io, what + " failed: " + m.value("error-desc", status));
+  return status;
 }
 
 class Qemu : public Vmm {
@@ -65,6 +94,7 @@ class Qemu : public Vmm {
   std::string kernel_file() const override { return "vmlinuz"; }
   bool relayed() const override { return true; }
   bool tap_inherited() const override { return true; }
+  bool layer_by_fd() const override { return true; }
   std::vector<ApiRequest> boot_requests(const VmPlan&) const override { return {}; }
 
   std::vector<std::string> command_line(const VmPlan& p) const override {
@@ -84,9 +114,17 @@ class Qemu : public Vmm {
         "-append", base_cmdline(p),
         "-serial", "file:" + p.console_log,
         // The writable layer (an image's disk after it), then the agent's port (the guest finds it by name).
-        "-drive", "id=layer,file=" + p.disk + ",format=raw,if=none,cache=unsafe",
         "-device", "virtio-blk-device,drive=layer",
     };
+    // From an fd set, QEMU dups the descriptor whose access mode a (re)open asks for. No
+    // image locks: the layer is this VM's alone, and the read-only descriptor's lock would
+    // refuse the read-write one when the source takes its disk back after a migration.
+    std::string layer = "file=" + p.disk;
+    if (p.layer_fds) {
+      layer = "file.filename=/dev/fdset/1,file.driver=file,file.locking=off";
+      for (int fd : kLayerFds) a.insert(a.end() - 2, {"-add-fd", "fd=" + std::to_string(fd) + ",set=1"});
+    }
+    a.insert(a.end() - 2, {"-drive", "id=layer," + layer + ",format=raw,if=none,cache=unsafe"});
     // The image's root: read-only to the guest (the block device says so; the
     // guest's /init tells the two disks apart by that) and to QEMU, which
     // opens it O_RDONLY, so many VMs share one file and the host's page cache.
@@ -108,6 +146,7 @@ class Qemu : public Vmm {
     // resource changes. With -runas, QEMU must still call setuid once after
     // the filter is in (it kills itself with SIGSYS otherwise), and once it is
     // unprivileged it cannot regain root anyway; without, no set*id at all.
+    if (p.incoming) a.insert(a.end(), {"-incoming", "defer"});
     a.push_back("-sandbox");
     a.push_back(p.runas.empty() ? "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
                                 : "on,obsolete=deny,spawn=deny,resourcecontrol=deny");
@@ -123,7 +162,32 @@ class Qemu : public Vmm {
   }
 
   void set_paused(const std::string& vm_dir, bool paused) const override {
-    qmp_command(vm_dir + "/qmp.sock", paused ? "stop" : "cont");
+    Qmp(vm_dir + "/qmp.sock").execute(paused ? "stop" : "cont");
+  }
+
+  // QEMU's migration into a descriptor (fd: over getfd; its file: and exec: targets do
+  // not work in 7.2). Stopped first, the VM stays stopped: cont runs it on.
+  void save_memory(const std::string& vm_dir, int fd) const override {
+    Qmp q(vm_dir + "/qmp.sock");
+    q.execute("getfd", {{"fdname", "sbxmem"}}, fd);
+    q.execute("migrate", {{"uri", "fd:sbxmem"}});
+    wait_migration("saving the VM's memory", [&] { return migration_status(q, "saving the VM's memory") == "completed"; });
+  }
+
+  // Started with -incoming defer: the state comes in, and the VM is as the source was
+  // when saved, stopped: cont runs it. One QMP session throughout (QMP serves one client).
+  void load_memory(const std::string& vm_dir, int fd) const override {
+    Qmp q(vm_dir + "/qmp.sock");
+    q.execute("getfd", {{"fdname", "sbxmem"}}, fd);
+    q.execute("migrate-incoming", {{"uri", "fd:sbxmem"}});
+    std::string state;
+    wait_migration("restoring the VM's memory", [&] {
+      migration_status(q, "restoring the VM's memory");
+      state = q.execute("query-status").value("status", "");
+      return state != "inmigrate";
+    });
+    if (state == "paused") q.execute("cont");
+    else if (state != "running") throw Error(Errc::io, "the restored VM is " + state + ", not running");
   }
 
  private:

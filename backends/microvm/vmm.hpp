@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/fd.hpp"
 
 namespace sbx::microvm {
@@ -26,6 +27,8 @@ struct VmPlan {
   bool kvm = false;          ///< hardware virtualization; else TCG (QEMU only)
   std::string cmdline_args;  ///< extra guest kernel arguments (sbx.workdir=... sbx.pids=...)
   std::string runas;         ///< uid:gid QEMU drops to after opening its files ("" = stay)
+  bool incoming = false;     ///< start waiting for a saved VM's state (load_memory) instead of booting
+  bool layer_fds = false;    ///< the VMM inherits the layer at kLayerFds (read-write, read-only) instead of opening `disk`
   /// --network jail: the descriptor of the jail's tap (backends/common/net,
   /// Attach::tap), the guest's one NIC. For a VMM that inherits it
   /// (tap_inherited()) this is its number in the VMM's own table; otherwise
@@ -49,6 +52,8 @@ void send_api_request(const std::string& socket_path, const ApiRequest& r, int t
 
 /// The number a VMM that inherits the tap finds it at (the VM monitor passes it on).
 inline constexpr int kInheritedTapFd = 3;
+/// Where a VMM that takes its layer as descriptors (Vmm::layer_by_fd) inherits them: read-write, read-only.
+inline constexpr int kLayerFds[2] = {4, 5};
 /// The vsock port the guest agent listens on under cloud-hypervisor.
 inline constexpr uint32_t kAgentVsockPort = 1024;
 /// The guest kernel arguments every VMM shares (the console, the timer fix under TCG).
@@ -71,12 +76,24 @@ class Vmm {
   virtual std::string api_socket(const VmPlan& plan) const { return plan.dir + "/api.sock"; }
   /// Whether the VMM gets the tap by inheritance (at kInheritedTapFd) rather than through its API.
   virtual bool tap_inherited() const = 0;
+  /// Whether it takes the writable layer as inherited descriptors (VmPlan::layer_fds).
+  virtual bool layer_by_fd() const { return false; }
   /// Whether the guest channel is one byte stream the VM monitor relays for many clients.
   virtual bool relayed() const = 0;
   /// A new stream to the guest's agent (VM dir as in VmPlan::dir).
   virtual Fd connect(const std::string& vm_dir) const = 0;
   /// Stops (paused) or continues the guest's vCPUs through the VMM's API.
   virtual void set_paused(const std::string& vm_dir, bool paused) const = 0;
+  /// Writes a stopped VM's whole state (memory, devices) to `fd`; the VM stays stopped.
+  /// Throws unavailable where the VMM cannot.
+  virtual void save_memory(const std::string& /*vm_dir*/, int /*fd*/) const {
+    throw Error(Errc::unavailable, name() + " cannot save a VM's memory here").set_hint("memory snapshots of micro-VMs need QEMU");
+  }
+  /// Loads what save_memory wrote from `fd` into a VM started with VmPlan::incoming,
+  /// which then runs on from there.
+  virtual void load_memory(const std::string& /*vm_dir*/, int /*fd*/) const {
+    throw Error(Errc::unavailable, name() + " cannot restore a VM's memory here");
+  }
 };
 
 /// QEMU with the microvm machine type: virtio-mmio devices, a virtio-serial port for the agent.

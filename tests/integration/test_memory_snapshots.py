@@ -32,7 +32,7 @@ def _counting(sbx, sid, above: int) -> int:
     return seen[-1]
 
 
-@pytest.mark.only_drivers("runsc")
+@pytest.mark.only_drivers("runsc", "microvm")
 def test_a_memory_snapshot_runs_the_processes_on(sbx, sandbox, driver, make_sandbox):
     sbx.sh(sandbox, "echo kept > /work/f").ok()
     sbx.exec(sandbox, "sh", "-c", COUNTER, flags=("-d",)).ok()
@@ -71,7 +71,7 @@ def test_a_memory_snapshot_runs_the_processes_on(sbx, sandbox, driver, make_sand
         sandbox_traces(sbx.state_dir, [sandbox, child], False)
 
 
-@pytest.mark.only_drivers("runsc")
+@pytest.mark.only_drivers("runsc", "microvm")
 def test_a_memory_snapshot_of_a_jailed_sandbox_is_refused_and_it_runs_on(sbx, make_sandbox, driver):
     sid = make_sandbox("--network", "jail", driver=driver)
     r = sbx.run("snapshot", "--memory", sid, "mem-jail")
@@ -80,7 +80,7 @@ def test_a_memory_snapshot_of_a_jailed_sandbox_is_refused_and_it_runs_on(sbx, ma
     assert sbx.exec(sid, "true").rc == 0 and sbx.record(sid)["state"] == "running"
 
 
-@pytest.mark.only_drivers("subprocess", "microvm", "deno")
+@pytest.mark.only_drivers("subprocess", "deno")
 def test_a_driver_without_memory_snapshots_says_why(sbx, sandbox, driver):
     r = sbx.run("snapshot", "--memory", sandbox, f"mem-{driver}")
     assert r.rc != 0 and f"the {driver} driver cannot save a sandbox's memory" in r.err, r

@@ -271,6 +271,31 @@ TEST_CASE("--image: the image's disk is attached read-only after the writable la
   CHECK(cfg["disks"][1] == nlohmann::json({{"path", "/images/abc/rootfs.ext4"}, {"readonly", true}}));
 }
 
+TEST_CASE("qemu: the layer as inherited descriptors (an fd set, no image locks), and -incoming for a restore") {
+  VmPlan p = sample_plan();
+  auto plain = sbx::microvm::make_qemu("/q")->command_line(p);
+  CHECK_FALSE(has(plain, "-add-fd"));
+  CHECK_FALSE(has(plain, "-incoming"));
+  p.layer_fds = true;
+  p.incoming = true;
+  auto a = sbx::microvm::make_qemu("/q")->command_line(p);
+  auto rw = std::find(a.begin(), a.end(), "fd=4,set=1");
+  auto ro = std::find(a.begin(), a.end(), "fd=5,set=1");
+  auto drive = std::find(a.begin(), a.end(),
+                         "id=layer,file.filename=/dev/fdset/1,file.driver=file,file.locking=off,format=raw,if=none,cache=unsafe");
+  REQUIRE(rw != a.end());
+  REQUIRE(ro != a.end());
+  REQUIRE(drive != a.end());
+  CHECK(*(rw - 1) == "-add-fd");
+  CHECK(ro < drive);
+  CHECK(*(drive + 2) == "virtio-blk-device,drive=layer");
+  auto incoming = std::find(a.begin(), a.end(), "-incoming");
+  REQUIRE(incoming != a.end());
+  CHECK(*(incoming + 1) == "defer");
+  CHECK(sbx::microvm::make_qemu("/q")->layer_by_fd());
+  CHECK_FALSE(sbx::microvm::make_cloud_hypervisor("/ch")->layer_by_fd());
+}
+
 TEST_CASE("--image: a store entry's disk is cached beside its rootfs, a plain directory's is not") {
   sbx_test::TempDir tmp("microvm-image");
   sbx::make_dirs(tmp.path + "/entry/rootfs/etc");
