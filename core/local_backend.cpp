@@ -298,16 +298,21 @@ AgentClient LocalBackend::connect_in_use(SandboxRecord& rec, Driver& driver, uin
 ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before) {
   auto original = std::current_exception();
   auto why = mark_dead_if_gone(rec, driver, oom_before);
-  if (!why) std::rethrow_exception(original);
+  ExecResult res;
+  res.exit_code = 128 + SIGKILL;
+  res.signal = SIGKILL;
+  res.oom_killed = true;
+  if (!why) {
+    // The sandbox lives on (deno's supervisor starts a new agent), but its memory cap's
+    // OOM killer took the process that ran the command: say so, as for any OOM kill.
+    if (driver.oom_kills(rec) > oom_before) return res;
+    std::rethrow_exception(original);
+  }
   if (why->rfind(kAgentGone, 0) == 0)
     throw Error(Errc::unavailable, "sandbox " + rec.id + " died while the command ran" +
                                        (*why == kAgentGone ? std::string() : " (" + *why + ")"))
         .set_hint("remove it with `sbx rm " + rec.id + "`; `sbx gc` collects dead sandboxes" +
                   (*why == kAgentGone ? std::string() : "; give the next one more --pids"));
-  ExecResult res;
-  res.exit_code = 128 + SIGKILL;
-  res.signal = SIGKILL;
-  res.oom_killed = true;
   res.sandbox_ended = true;
   return res;
 }

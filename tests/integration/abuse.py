@@ -44,9 +44,10 @@ def create(m, spec: dict) -> str:
     return r.json()["id"]
 
 
-def offend(m, neighbour: str, offender: str, argv, timeout_s: int = 30, during=None):
-    """Runs argv in offender; meanwhile times the neighbour's `exec true`, asks /healthz
-    (both must answer) and calls during() if given. Returns (status, body, latencies in s)."""
+def offend(m, neighbour: str, offender: str, argv, timeout_s: int = 30, during=None, probe=("true",)):
+    """Runs argv in offender; meanwhile times the neighbour's `exec true` (probe: another
+    command, where there is no `true`), asks /healthz (both must answer) and calls during()
+    if given. Returns (status, body, latencies in s)."""
     result: dict = {}
 
     def run():
@@ -65,7 +66,7 @@ def offend(m, neighbour: str, offender: str, argv, timeout_s: int = 30, during=N
     try:
         while t.is_alive() and len(lat) < 200:
             t0 = time.monotonic()
-            out = m.exec(neighbour, ["true"], timeout=60)
+            out = m.exec(neighbour, probe, timeout=60)
             lat.append(time.monotonic() - t0)
             assert out["exit_code"] == 0, out
             assert m.request("GET", "/healthz", timeout=10).status == 200
@@ -89,9 +90,9 @@ def ended_by_host_cap(status, body) -> bool:
     return status == 503 and "process limit" in (body or "")
 
 
-def report(driver: str, workload: str, lat) -> None:
+def report(driver: str, workload: str, lat, probe: str = "exec true") -> None:
     if lat:
-        print(f"{driver} {workload}: neighbour exec true x{len(lat)}: median {1000 * statistics.median(lat):.0f} ms, "
+        print(f"{driver} {workload}: neighbour {probe} x{len(lat)}: median {1000 * statistics.median(lat):.0f} ms, "
               f"max {1000 * max(lat):.0f} ms")
 
 
@@ -102,10 +103,10 @@ def summary(body) -> str:
     return str({k: (v[:300] if k in ("stdout", "stderr") else v) for k, v in body.items()})
 
 
-def rm_leaves_nothing(m, workload: str, offender: str, neighbour: str) -> None:
+def rm_leaves_nothing(m, workload: str, offender: str, neighbour: str, probe=("true",)) -> None:
     """rm of both; the neighbour answers in between; then no trace of either (leaks.py)."""
     assert m.delete(offender).status == 200
-    assert m.exec(neighbour, ["true"])["exit_code"] == 0
+    assert m.exec(neighbour, probe)["exit_code"] == 0
     assert m.delete(neighbour).status == 200
     left = sandbox_traces(m.state_dir, [offender, neighbour], False)
     assert not left, f"after rm of the {workload} offender:\n  " + "\n  ".join(left)

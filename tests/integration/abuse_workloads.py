@@ -46,6 +46,28 @@ VM_OFFENDERS = {
     "memory_hog": ({"memory_mb": 64}, ["dd", "if=/dev/zero", "of=/dev/null", "bs=400M", "count=1"]),
     "output_flood": ({}, OUTPUT_FLOOD),
     "disk_filler": ({"disk_mb": 64}, DISK_FILLER),
+    # Each meets the guest kernel's own limit, as on the host: the nofile soft limit (1024),
+    # the guest's pids cgroup, 128 inotify instances for the guest's root, the guest's loopback.
+    "fd_exhauster": OFFENDERS["fd_exhauster"],
+    "thread_bomb": OFFENDERS["thread_bomb"],
+    "inotify_exhauster": OFFENDERS["inotify_exhauster"],
+    "socket_flood": OFFENDERS["socket_flood"],
+}
+
+# deno: Python (Pyodide) and JS in one Deno process per sandbox, no shell, no processes.
+# name: (the offender's limits, its argv, the exec's timeout in s). 512 MiB is the default
+# memory cap, written out: the agent's caps follow it (V8 heap 256 MiB per isolate,
+# Python's WebAssembly memory ~160 MiB, output 32 MiB); at 128 MiB Python cannot load.
+DENO_OFFENDERS = {
+    "py_memory_hog": ({"memory_mb": 512}, ["python3", "-c", "b = [b'x' * (1 << 20) for _ in range(1000)]"], 60),
+    # Past the V8 heap limit (--max-old-space-size).
+    "js_memory_hog": ({"memory_mb": 512}, ["node", "-e", "const a = []; while (true) a.push(new Array(1e6).fill(1.5))"], 60),
+    # Outside the V8 heap (typed arrays' backing stores): only the cgroup's memory cap holds it.
+    "js_buffer_hog": ({"memory_mb": 512}, ["node", "-e", "const a = []; while (true) a.push(new Uint8Array(1 << 20).fill(1))"], 60),
+    "py_cpu_loop": ({}, ["python3", "-c", "while True: pass"], 3),
+    "js_cpu_loop": ({}, ["node", "-e", "while (true) {}"], 3),
+    "py_output_flood": ({}, ["python3", "-c", "import sys\nwhile True: sys.stdout.write('x' * (1 << 20))"], 60),
+    "js_output_flood": ({}, ["node", "-e", "const s = 'x'.repeat(1 << 20); while (true) console.log(s)"], 60),
 }
 
 # stress-ng classes (the host view as image: stress-ng is the host's). A CPU quota of a

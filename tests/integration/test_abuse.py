@@ -2,7 +2,9 @@
 while a neighbour sandbox's `exec true` and the manager's /healthz are timed.
 Each offender must be capped and the cap reported by name (pids, memory,
 disk, output, descriptors, inotify instances), the neighbour and /healthz must
-keep answering, and after rm nothing of the offender remains. The latency
+keep answering, and after rm nothing of the offender remains. On subprocess
+and runsc all eight offenders; on microvm seven (the disk filler with SBX_SOAK=1);
+on deno the Python and JS offenders that apply there (no shell, no processes). The latency
 bound itself (p99) is a figure for bench/abuse_neighbour.sh, not a test: a
 shared CI host cannot promise one. The stress-ng classes: test_abuse_stress.py."""
 from __future__ import annotations
@@ -12,8 +14,8 @@ import os
 
 import pytest
 
-from abuse import create, ended_by_host_cap, ended_by_oom, offend, report, rm_leaves_nothing, summary
-from abuse_workloads import OFFENDERS, VM_OFFENDERS
+from abuse import cap_hits, create, ended_by_host_cap, ended_by_oom, offend, report, rm_leaves_nothing, summary
+from abuse_workloads import DENO_OFFENDERS, OFFENDERS, VM_OFFENDERS
 from manager_fixtures import manager_root, managers  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.only_drivers("subprocess", "runsc")]
@@ -91,15 +93,26 @@ def test_offender_capped_neighbour_and_healthz_answer(managers, driver, workload
     rm_leaves_nothing(m, workload, offender, neighbour)
 
 
-# TCG makes each micro-VM boot and workload cost seconds: CI runs the workloads whose cap
-# is the guest's own (memory, pids) or the host's relay (output); SBX_SOAK=1 adds the disk filler.
+# TCG makes each micro-VM boot and workload cost seconds: CI runs the workloads whose cap is
+# the guest's own (memory, pids, descriptors, inotify instances, its loopback) or the host's
+# relay (output); SBX_SOAK=1 adds the disk filler. The guest reports each cap as the host's
+# kernel does (EMFILE, RuntimeError below --pids), so the checks are the other drivers'.
 VM_CHECKS = {
-    "fork_bomb": CHECKS["fork_bomb"][0],
-    "memory_hog": lambda r: r["oom_killed"] or "memory exhausted" in r["stderr"],
-    "output_flood": CHECKS["output_flood"][0],
-    "disk_filler": CHECKS["disk_filler"][0],
+    "fork_bomb": CHECKS["fork_bomb"],
+    "memory_hog": (lambda r: r["oom_killed"] or "memory exhausted" in r["stderr"], None),
+    "output_flood": CHECKS["output_flood"],
+    "disk_filler": CHECKS["disk_filler"],
+    "fd_exhauster": CHECKS["fd_exhauster"],
+    "thread_bomb": CHECKS["thread_bomb"],
+    # The guest's root, not a host uid: its 128 instances are the guest kernel's; the host's
+    # root and the neighbour micro-VM each make one meanwhile (the guest's count is not theirs).
+    "inotify_exhauster": CHECKS["inotify_exhauster"],
+    # EMFILE only: the guest's netstack holds the connections in the guest's RAM (~510 at the
+    # guest's nofile 1024), so unlike runsc's sentry no memory cap is met first.
+    "socket_flood": (capped_at(24), CHECKS["socket_flood"][1]),
 }
-VM_IN_CI = ["fork_bomb", "memory_hog", "output_flood"]
+VM_IN_CI = ["fork_bomb", "memory_hog", "output_flood", "fd_exhauster", "thread_bomb", "inotify_exhauster",
+            "socket_flood"]
 VM_RUN = list(VM_OFFENDERS) if os.environ.get("SBX_SOAK") == "1" else VM_IN_CI
 
 
@@ -107,12 +120,78 @@ VM_RUN = list(VM_OFFENDERS) if os.environ.get("SBX_SOAK") == "1" else VM_IN_CI
 @pytest.mark.parametrize("workload", VM_RUN)
 def test_offender_capped_in_a_micro_vm(managers, driver, workload):
     limits, argv = VM_OFFENDERS[workload]
-    capped = VM_CHECKS[workload]
+    capped, during = VM_CHECKS[workload]
     m = managers.new("abuse", "server:\n  reap_interval: 1h\n", driver=driver)
     neighbour = create(m, {})
     offender = create(m, {"limits": limits})
-    status, body, lat = offend(m, neighbour, offender, argv, timeout_s=60)
+    status, body, lat = offend(m, neighbour, offender, argv, timeout_s=60,
+                               during=during and (lambda: during(m, neighbour)))
     assert status == 200, body
     assert capped(body), f"{workload} was not capped as expected: " + summary(body)
     report(driver, workload, lat)
     rm_leaves_nothing(m, workload, offender, neighbour)
+
+
+# deno runs no `true` (nor any program but python3, node and deno): the neighbour's probe is a
+# JS one-shot, which the agent runs in a Worker of the neighbour's own Deno process.
+DENO_PROBE = ["node", "-e", "0"]
+AGENT_GONE = "the sandbox's agent went away while the command ran"
+
+
+def stopped_by_output_cap(r) -> bool:
+    # The manager's buffer (16 MiB a stream) truncates; the agent's own cap (1/16 of --memory)
+    # then stops the command, with its marker on stderr.
+    return (r.get("truncated") is True and r["exit_code"] == 137
+            and "output truncated at" in r["stderr"] and "the command was stopped" in r["stderr"])
+
+
+def timed_out(r) -> bool:
+    return r["timed_out"] is True and r["exit_code"] == 124
+
+
+# name: check of (status, body, the offender's cgroup counters read before rm)
+DENO_CHECKS = {
+    # Python's WebAssembly memory, sized from --memory below the cgroup's cap: MemoryError,
+    # the interpreter kept (no OOM kill).
+    "py_memory_hog": lambda st, r, hits: (st == 200 and r["exit_code"] == 1 and not r["oom_killed"]
+                                          and r["stderr"].rstrip().endswith("MemoryError")),
+    # What naming the cap would be: the V8 heap limit, or an OOM kill, in the answer.
+    "js_memory_hog": lambda st, r, hits: st == 200 and (r["oom_killed"] or "heap limit" in r["stderr"]),
+    "js_buffer_hog": lambda st, r, hits: st == 200 and r["oom_killed"] and hits["memory"] > 0,
+    # Python is interrupted and keeps its interpreter; a JS loop costs the agent its process
+    # (the supervisor starts another): both answer as a timeout.
+    "py_cpu_loop": lambda st, r, hits: st == 200 and timed_out(r),
+    "js_cpu_loop": lambda st, r, hits: st == 200 and timed_out(r),
+    "py_output_flood": lambda st, r, hits: st == 200 and stopped_by_output_cap(r),
+    "js_output_flood": lambda st, r, hits: st == 200 and stopped_by_output_cap(r),
+}
+# Known defects, each xfailed only on its exact signature, and only after the neighbour,
+# /healthz and rm checks passed. A JS heap past its V8 limit ends the deno agent with 'Fatal
+# JavaScript out of memory: Reached heap limit' (agent.log) and no cgroup OOM kill, so the
+# exec answers HTTP 502 "agent went away", naming no cap. (The cgroup's OOM kill of the agent,
+# js_buffer_hog, answered the same until agent_lost() named OOM kills of a sandbox that lives on.)
+DENO_DEFECTS = {
+    "js_memory_hog": (lambda st, r, hits: st == 502 and AGENT_GONE in r,
+                      "deno: a JS heap past its V8 limit ('Fatal JavaScript out of memory: Reached heap "
+                      "limit' in agent.log) answers HTTP 502 'agent went away', the cap not named"),
+}
+
+
+@pytest.mark.only_drivers("deno")
+@pytest.mark.parametrize("workload", list(DENO_OFFENDERS))
+def test_offender_capped_in_a_deno_sandbox(managers, driver, workload):
+    limits, argv, timeout_s = DENO_OFFENDERS[workload]
+    m = managers.new("abuse", "server:\n  reap_interval: 1h\n", driver=driver)
+    neighbour = create(m, {})
+    offender = create(m, {"limits": limits})
+    assert m.exec(neighbour, DENO_PROBE)["exit_code"] == 0
+    status, body, lat = offend(m, neighbour, offender, argv, timeout_s=timeout_s, probe=DENO_PROBE)
+    hits = cap_hits(m.state_dir, offender)
+    print(f"deno {workload}: HTTP {status}, cgroup counters {hits}")
+    report(driver, workload, lat, probe="node -e 0")
+    rm_leaves_nothing(m, workload, offender, neighbour, probe=DENO_PROBE)
+    if not DENO_CHECKS[workload](status, body, hits):
+        known = DENO_DEFECTS.get(workload)
+        if known and known[0](status, body, hits):
+            pytest.xfail(known[1])
+        pytest.fail(f"{workload} was not capped as expected: HTTP {status} " + summary(body), pytrace=False)
