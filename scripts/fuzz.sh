@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The libFuzzer targets of tests/fuzz: builds them into build-fuzz/ (clang,
 # -DSBX_FUZZ=ON: ASan, UBSan and the fuzzer's coverage) and runs each for
-# SBX_FUZZ_SECONDS (default 12: with 15 runs the whole step stays under 4 minutes on two
+# SBX_FUZZ_SECONDS (default 12: with 17 runs the whole step stays under 4 minutes on two
 # cores; longer runs: SBX_FUZZ_SECONDS=600) from its seed corpus in
 # tests/fuzz/corpus/<target>/. Fails on any crash, leak, timeout (10 s for
 # one input) or an input past 2 GiB of memory; the input that did it is left

@@ -156,6 +156,15 @@ void check_sizes(const ExecRequest& req, const Limits& lim) {
 
 }  // namespace
 
+uint16_t window_dimension(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end()) return 0;
+  // Checked before the conversion: nlohmann casts any number, and a double past 65535 is undefined behaviour.
+  if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= 65535))
+    throw Error(Errc::invalid_argument, std::string(key) + " must be a number from 0 to 65535");
+  return it->get<uint16_t>();
+}
+
 ExecBody parse_exec(const json& j, const Limits& lim, bool allow_sandbox_field) {
   std::initializer_list<const char*> fields = {"cmd",    "env", "cwd",  "stdin", "stdin_b64", "timeout_s",
                                                "detach", "tty", "rows", "cols",  "background", "stdin_open"};
@@ -172,9 +181,11 @@ ExecBody parse_exec(const json& j, const Limits& lim, bool allow_sandbox_field) 
     if (j.contains("stdin_b64")) b.stdin_data = base64_decode(j["stdin_b64"].get<std::string>());
     if (j.contains("timeout_s")) b.req.timeout_ms = timeout_ms_of(j["timeout_s"], "timeout_s", lim);
     b.req.tty = j.value("tty", false);
-    b.req.rows = j.value<uint16_t>("rows", 0);
-    b.req.cols = j.value<uint16_t>("cols", 0);
+    b.req.rows = window_dimension(j, "rows");
+    b.req.cols = window_dimension(j, "cols");
     b.req.background = j.value("background", false);
+    // A background process may keep a stdin pipe for attach without any data up front.
+    b.req.stdin_open = !b.stdin_data.empty() || (b.req.background && j.value("stdin_open", false));
   } catch (const json::exception&) {
     throw Error(Errc::invalid_argument, "exec request: 'cmd' must be an array of strings; env an object of strings; "
                                         "tty and background booleans; rows and cols numbers up to 65535")
@@ -182,8 +193,6 @@ ExecBody parse_exec(const json& j, const Limits& lim, bool allow_sandbox_field) 
   }
   if (b.req.argv.empty()) throw Error(Errc::invalid_argument, "exec request: 'cmd' is empty");
   check_sizes(b.req, lim);
-  // A background process may keep a stdin pipe for attach without any data up front.
-  b.req.stdin_open = !b.stdin_data.empty() || (b.req.background && j.value("stdin_open", false));
   return b;
 }
 

@@ -47,6 +47,8 @@ struct ExecBody {
 };
 /// Parses and checks an exec body against the limits (`sandbox` allowed for /v1/run).
 ExecBody parse_exec(const nlohmann::json& j, const Limits& lim, bool allow_sandbox_field);
+/// A window's `key` ("rows", "cols") in the object j: 0 when absent; 400 unless a number from 0 to 65535.
+uint16_t window_dimension(const nlohmann::json& j, const char* key);
 /// A whole number of a query (?tail=N) or path; 400 naming `name` otherwise.
 int parse_count(const std::string& text, const char* name);
 /// A signal as the API takes it: "INT", "SIGINT" or 2; 400 otherwise.

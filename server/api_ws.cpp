@@ -76,16 +76,21 @@ class CommandInput {
     }
     json j = json::parse(m.data, nullptr, false);
     if (!j.is_object()) throw Error(Errc::invalid_argument, "a text message must be a JSON object");
-    if (j.value("eof", false)) feeder_->eof();
-    if (j.contains("signal")) {
-      int sig = signal_number(j["signal"]);
-      write_quietly(sig_w_.get(), &sig, sizeof sig);
+    // nlohmann's exceptions ({"eof":"x"}) are a bad message too: out of run(), the worker still joinable, they were std::terminate.
+    try {
+      if (j.value("eof", false)) feeder_->eof();
+      if (j.contains("signal")) {
+        int sig = signal_number(j["signal"]);
+        write_quietly(sig_w_.get(), &sig, sizeof sig);
+      }
+      if (auto r = j.find("resize"); r != j.end()) {
+        WindowSize w{window_dimension(*r, "rows"), window_dimension(*r, "cols")};
+        if (w.rows && w.cols) write_quietly(resize_w_.get(), &w, sizeof w);
+      }
+      if (j.value("detach", false)) hang_up();
+    } catch (const json::exception&) {
+      throw Error(Errc::invalid_argument, "a text message's eof and detach must be booleans");
     }
-    if (auto r = j.find("resize"); r != j.end()) {
-      WindowSize w{r->value<uint16_t>("rows", 0), r->value<uint16_t>("cols", 0)};
-      if (w.rows && w.cols) write_quietly(resize_w_.get(), &w, sizeof w);
-    }
-    if (j.value("detach", false)) hang_up();
     return true;
   }
   /// The client is gone (or detached, or the manager drains): thread-safe, once.

@@ -60,6 +60,9 @@ class Body : public ResponseStream {
  private:
   // Reads more from the far side; false at its EOF.
   bool fill() {
+    // What was taken goes first: a server whose writes all end inside a chunk's size line
+    // (so that a read never ends where the buffer empties) grew it by the whole body.
+    if (off_ > 0) buf_.erase(0, off_), off_ = 0;
     char tmp[kChunk];
     for (;;) {
       ssize_t n = ::read(sock_.get(), tmp, sizeof tmp);
