@@ -3,7 +3,9 @@ run and check, and what bench/abuse_neighbour.py times a neighbour against.
 name: (the offender's limits, its argv); no test machinery here."""
 from __future__ import annotations
 
-FORK_BOMB = "exec 2>/dev/null; (f(){ f|f& }; f) >/dev/null; sleep 8; echo survived"
+# The survivor's sleep starts before the bomb and the rest are builtins: with the pids cap
+# full, dash (a micro-VM's sh) exits 2 on the first fork it cannot make, bash only retries.
+FORK_BOMB = "exec 2>/dev/null; sleep 8 & s=$!; (f(){ f|f& }; f) >/dev/null; wait $s; echo survived"
 # Holds every inotify instance it can get (until EMFILE), then keeps them 6 s.
 INOTIFY = ("import ctypes, time\nlibc = ctypes.CDLL(None, use_errno=True)\nfds = []\n"
            "while len(fds) < 100000:\n  fd = libc.inotify_init1(0)\n  if fd < 0: break\n  fds.append(fd)\n"
