@@ -165,11 +165,18 @@ void Api::interactive(ws::Connection& c, bool first_message, const std::function
       io.on_stderr = [&c](std::string_view d) { c.send(ws::Kind::binary, framed(kStderr, d)); };
       json last;
       uint16_t code = ws::kNormalClose;
+      // Anything the work throws ends this session with its error: escaping the thread
+      // would be std::terminate, the whole manager gone.
+      auto fail = [&](const Error& e) {
+        last = {{"error", error_json(e)}};
+        code = close_code_for(e);
+      };
       try {
         last = work(first, io);
       } catch (const Error& e) {
-        last = {{"error", error_json(e)}};
-        code = close_code_for(e);
+        fail(e);
+      } catch (const std::exception& e) {
+        fail(Error(Errc::internal, e.what()));
       }
       finished = true;
       c.send(ws::Kind::text, last.dump(-1, ' ', false, json::error_handler_t::replace));
@@ -185,7 +192,9 @@ void Api::interactive(ws::Connection& c, bool first_message, const std::function
         throw Error(Errc::invalid_argument, "the first message must be the exec request, a JSON object in a text message")
             .set_hint("{\"cmd\": [\"bash\"], \"tty\": true, \"rows\": 24, \"cols\": 80}");
       start(std::move(first));
-    } catch (const Error& e) {
+    } catch (const std::exception& x) {
+      const auto* known = dynamic_cast<const Error*>(&x);
+      Error e = known ? *known : Error(Errc::internal, x.what());
       if (!started) {
         c.send(ws::Kind::text, json{{"error", error_json(e)}}.dump(-1, ' ', false, json::error_handler_t::replace));
         c.close(close_code_for(e));

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -221,4 +222,16 @@ TEST_CASE("ws::relay: a text message whose eof is not a boolean is ignored, not 
   auto c = sbx::ws::Connection::accept_upgraded(manager.get(), kClientKey, "");
   sbx::ws::relay(*c, sandbox_side.get());
   CHECK(sbx_test::read_fd(server.get()) == "data");
+}
+
+TEST_CASE("api_ws: an exec that throws something other than sbx::Error ends its session, not the manager",
+          "[api_ws][fuzz]") {
+  // std::terminate before: the session's worker thread caught sbx::Error only.
+  Manager m;
+  m.backend.set_script([](const std::string&, const sbx::ExecRequest&, sbx::ExecIO&) -> sbx::ExecResult {
+    throw std::runtime_error("thread limit reached");
+  });
+  std::string out = m.session("/v1/sandboxes/" + m.id + "/exec/ws", text(R"({"cmd":["sh"]})"));
+  CHECK(out.find("internal") != std::string::npos);
+  CHECK(out.find("thread limit reached") != std::string::npos);
 }
