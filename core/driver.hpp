@@ -51,6 +51,18 @@ class Driver {
   /// A counter of kills by the memory limit, read before and after an exec to
   /// tell an OOM kill from any other SIGKILL.
   virtual uint64_t oom_kills(const SandboxRecord& /*rec*/) { return 0; }
+  /// What an exec's end is judged against, read as it starts: the kills by the memory
+  /// limit so far, and where the agent's log ended (a runtime's own memory cap writes there).
+  struct ExecMarks {
+    uint64_t oom_kills = 0;
+    uint64_t log_end = 0;
+  };
+  virtual ExecMarks exec_marks(const SandboxRecord& rec, const std::string& /*dir*/) { return {oom_kills(rec), 0}; }
+  /// Whether a memory cap the runtime enforces itself, which the kernel's OOM killer does
+  /// not count (deno: V8's heap limit, sized from --memory), ended the agent since `marks`.
+  virtual bool runtime_memory_cap_hit(const SandboxRecord& /*rec*/, const std::string& /*dir*/, const ExecMarks& /*marks*/) {
+    return false;
+  }
   /// How often the pids cap refused a new task: names the cause when a sandbox dies of it.
   virtual uint64_t pids_limit_hits(const SandboxRecord& /*rec*/) { return 0; }
   /// Host leftovers (cgroups, mounts, ...) that belong to no sandbox in `live_ids`.

@@ -240,8 +240,8 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
   }
   req.env = std::move(env);
   if (req.cwd.empty()) req.cwd = rec.spec.workdir;
-  uint64_t oom_before = 0;
-  AgentClient agent = connect_in_use(rec, *driver, oom_before);
+  Driver::ExecMarks before;
+  AgentClient agent = connect_in_use(rec, *driver, before);
   fault::point("exec.connected");
   ExecResult res;
   try {
@@ -249,11 +249,11 @@ ExecResult LocalBackend::exec(const std::string& id, const ExecRequest& in, Exec
     fault::point("exec.finished");
   } catch (Error& e) {
     if (e.code() != Errc::protocol) throw;
-    return agent_lost(rec, *driver, oom_before);
+    return agent_lost(rec, *driver, before);
   }
   registry_.touch(rec.id);
   if (req.background) return res;  // it runs on; ping's `running` counts it as activity for gc
-  if (res.signal == SIGKILL && !res.timed_out && driver->oom_kills(rec) > oom_before) res.oom_killed = true;
+  if (res.signal == SIGKILL && !res.timed_out && driver->oom_kills(rec) > before.oom_kills) res.oom_killed = true;
   // One rule for every driver, the CLI and both API styles: a command its
   // timeout killed ends with 124, as timeout(1) and `sbx exec --timeout` do.
   // The agents report the kill (137); `signal` keeps saying it was SIGKILL.
@@ -265,7 +265,7 @@ namespace {
 constexpr const char* kAgentGone = "its agent is gone";
 }  // namespace
 
-std::optional<std::string> LocalBackend::mark_dead_if_gone(SandboxRecord& rec, Driver& driver, uint64_t oom_before) {
+std::optional<std::string> LocalBackend::mark_dead_if_gone(SandboxRecord& rec, Driver& driver, const Driver::ExecMarks& before) {
   // The stream closes as the sandbox dies; the process itself may take a moment longer.
   for (int i = 0; i < 50 && driver.alive(rec); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (driver.alive(rec)) return std::nullopt;  // a broken stream, not a dead sandbox
@@ -277,7 +277,7 @@ std::optional<std::string> LocalBackend::mark_dead_if_gone(SandboxRecord& rec, D
   auto current = registry_.find(rec.id);
   if (!current || current->id != rec.id || current->state != SandboxState::running) return std::nullopt;
   rec.state = SandboxState::dead;
-  rec.error = driver.oom_kills(rec) > oom_before
+  rec.error = driver.oom_kills(rec) > before.oom_kills
                   ? "killed by its memory limit (" + std::to_string(rec.spec.limits.memory_mb) + " MiB)"
                   : kAgentGone;
   if (rec.error == kAgentGone && driver.pids_limit_hits(rec))
@@ -286,26 +286,28 @@ std::optional<std::string> LocalBackend::mark_dead_if_gone(SandboxRecord& rec, D
   return rec.error;
 }
 
-AgentClient LocalBackend::connect_in_use(SandboxRecord& rec, Driver& driver, uint64_t& oom_before) {
+AgentClient LocalBackend::connect_in_use(SandboxRecord& rec, Driver& driver, Driver::ExecMarks& before) {
   resume_if_paused(rec);
   // Shared lock: gc and rm (exclusive) wait until this call is registered with the agent.
   Fd guard = registry_.lock(rec.id, false);
   registry_.touch(rec.id);
-  oom_before = driver.oom_kills(rec);
+  before = driver.exec_marks(rec, registry_.dir(rec.id));
   return connect(rec, driver);
 }
 
-ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before) {
+ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, const Driver::ExecMarks& before) {
   auto original = std::current_exception();
-  auto why = mark_dead_if_gone(rec, driver, oom_before);
+  auto why = mark_dead_if_gone(rec, driver, before);
   ExecResult res;
   res.exit_code = 128 + SIGKILL;
   res.signal = SIGKILL;
   res.oom_killed = true;
   if (!why) {
-    // The sandbox lives on (deno's supervisor starts a new agent), but its memory cap's
-    // OOM killer took the process that ran the command: say so, as for any OOM kill.
-    if (driver.oom_kills(rec) > oom_before) return res;
+    // The sandbox lives on (deno's supervisor starts a new agent), but its memory cap
+    // ended the process that ran the command (the OOM killer, or the runtime's own
+    // cap: V8's heap limit): say so, as for any OOM kill.
+    if (driver.oom_kills(rec) > before.oom_kills || driver.runtime_memory_cap_hit(rec, registry_.dir(rec.id), before))
+      return res;
     std::rethrow_exception(original);
   }
   if (why->rfind(kAgentGone, 0) == 0)
@@ -320,9 +322,9 @@ ExecResult LocalBackend::agent_lost(SandboxRecord& rec, Driver& driver, uint64_t
 LocalBackend::PortConn LocalBackend::port_client(const std::string& id, uint16_t port) {
   SandboxRecord rec = registry_.get(id);
   auto driver = driver_for(rec);
-  uint64_t oom_before = 0;
+  Driver::ExecMarks before;
   // An agent connection of its own per TCP connection: the agent's backpressure then holds back only this one.
-  AgentClient agent = connect_in_use(rec, *driver, oom_before);
+  AgentClient agent = connect_in_use(rec, *driver, before);
   Fd socket;
   try {
     socket = agent.connect_port(port, driver->agent_passes_sockets());
@@ -493,15 +495,15 @@ template <class F>
 uint64_t LocalBackend::with_files(const std::string& id, const char* what, F&& f) {
   SandboxRecord rec = registry_.get(id);
   auto driver = driver_for(rec);
-  uint64_t oom_before = 0;
-  AgentClient agent = connect_in_use(rec, *driver, oom_before);
+  Driver::ExecMarks before;
+  AgentClient agent = connect_in_use(rec, *driver, before);
   fault::point("cp.connected");
   try {
     return f(agent);
   } catch (Error& e) {
     // A sandbox that dies mid-copy shows only as a reset connection: say it died, and why.
     if (e.code() != Errc::protocol && e.code() != Errc::io) throw;
-    auto why = mark_dead_if_gone(rec, *driver, oom_before);
+    auto why = mark_dead_if_gone(rec, *driver, before);
     if (!why) throw;
     throw Error(Errc::unavailable, "sandbox " + rec.id + " died during the " + what + ": " + *why + " (" + e.what() + ")")
         .set_hint("remove it with `sbx rm " + rec.id + "`" +

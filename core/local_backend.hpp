@@ -77,7 +77,7 @@ class LocalBackend : public Backend {
   AgentClient connect(SandboxRecord& rec, Driver& driver);
   /// connect() under the sandbox's shared lock, as an exec or copy starts; also
   /// reads the OOM-kill count that tells later whether the memory cap ended it.
-  AgentClient connect_in_use(SandboxRecord& rec, Driver& driver, uint64_t& oom_before);
+  AgentClient connect_in_use(SandboxRecord& rec, Driver& driver, Driver::ExecMarks& before);
   /// A TCP connection to 127.0.0.1:port in a running sandbox: the connected socket
   /// itself where the driver's agent passes it, else relayed over `agent`.
   struct PortConn {
@@ -87,13 +87,13 @@ class LocalBackend : public Backend {
   PortConn port_client(const std::string& id, uint16_t port);
   /// Called in a handler for a stream that broke mid-exec: when the sandbox is gone, records
   /// it dead and reports an OOM kill that took it down; else rethrows.
-  ExecResult agent_lost(SandboxRecord& rec, Driver& driver, uint64_t oom_before);
+  ExecResult agent_lost(SandboxRecord& rec, Driver& driver, const Driver::ExecMarks& before);
   /// An agent connection of a running sandbox for a file transfer (marks it used).
   /// Runs a file transfer `f(agent)`; a sandbox that died during it is marked dead and named.
   template <class F>
   uint64_t with_files(const std::string& id, const char* what, F&& f);
   /// After a broken agent stream: if the sandbox is gone, records it dead and returns why.
-  std::optional<std::string> mark_dead_if_gone(SandboxRecord& rec, Driver& driver, uint64_t oom_before);
+  std::optional<std::string> mark_dead_if_gone(SandboxRecord& rec, Driver& driver, const Driver::ExecMarks& before);
   /// Tears down one sandbox under its exclusive lock; one removed by another
   /// process while this waited for the lock is no error.
   void destroy(const SandboxRecord& rec);

@@ -360,6 +360,26 @@ class DenoDriver : public Driver {
     return cgroup::Group::open(it->get<std::string>(), rec.id).oom_kills();
   }
 
+  ExecMarks exec_marks(const SandboxRecord& rec, const std::string& dir) override {
+    struct stat st{};
+    uint64_t log_end = ::stat((dir + "/deno/agent.log").c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    return {oom_kills(rec), log_end};
+  }
+
+  // V8 reports a heap past --max-old-space-size on the agent's stderr (agent.log) and
+  // ends the process (SIGTRAP): no cgroup OOM kill counts it. The report is written
+  // before the process ends, so before the host sees the agent's stream close.
+  bool runtime_memory_cap_hit(const SandboxRecord&, const std::string& dir, const ExecMarks& marks) override {
+    Fd log(::open((dir + "/deno/agent.log").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!log) return false;
+    std::string tail(256 << 10, '\0');
+    ssize_t n = ::pread(log.get(), tail.data(), tail.size(), static_cast<off_t>(marks.log_end));
+    if (n <= 0) return false;
+    tail.resize(static_cast<size_t>(n));
+    return tail.find("Reached heap limit") != std::string::npos ||
+           tail.find("JavaScript heap out of memory") != std::string::npos;
+  }
+
   // Only the cgroup's caps change in place. The agent's own caps (V8 heap,
   // each interpreter's WebAssembly memory, how many interpreters, the output
   // cap) are deno's command line, derived from the memory cap at start and

@@ -135,7 +135,6 @@ def test_offender_capped_in_a_micro_vm(managers, driver, workload):
 # deno runs no `true` (nor any program but python3, node and deno): the neighbour's probe is a
 # JS one-shot, which the agent runs in a Worker of the neighbour's own Deno process.
 DENO_PROBE = ["node", "-e", "0"]
-AGENT_GONE = "the sandbox's agent went away while the command ran"
 
 
 def stopped_by_output_cap(r) -> bool:
@@ -155,8 +154,9 @@ DENO_CHECKS = {
     # the interpreter kept (no OOM kill).
     "py_memory_hog": lambda st, r, hits: (st == 200 and r["exit_code"] == 1 and not r["oom_killed"]
                                           and r["stderr"].rstrip().endswith("MemoryError")),
-    # What naming the cap would be: the V8 heap limit, or an OOM kill, in the answer.
-    "js_memory_hog": lambda st, r, hits: st == 200 and (r["oom_killed"] or "heap limit" in r["stderr"]),
+    # V8's heap limit (no cgroup OOM kill; V8's report in agent.log) answers as an OOM kill.
+    # HTTP 502 'agent went away' before, naming no cap.
+    "js_memory_hog": lambda st, r, hits: st == 200 and r["oom_killed"] and r["exit_code"] == 137,
     "js_buffer_hog": lambda st, r, hits: st == 200 and r["oom_killed"] and hits["memory"] > 0,
     # Python is interrupted and keeps its interpreter; a JS loop costs the agent its process
     # (the supervisor starts another): both answer as a timeout.
@@ -164,16 +164,6 @@ DENO_CHECKS = {
     "js_cpu_loop": lambda st, r, hits: st == 200 and timed_out(r),
     "py_output_flood": lambda st, r, hits: st == 200 and stopped_by_output_cap(r),
     "js_output_flood": lambda st, r, hits: st == 200 and stopped_by_output_cap(r),
-}
-# Known defects, each xfailed only on its exact signature, and only after the neighbour,
-# /healthz and rm checks passed. A JS heap past its V8 limit ends the deno agent with 'Fatal
-# JavaScript out of memory: Reached heap limit' (agent.log) and no cgroup OOM kill, so the
-# exec answers HTTP 502 "agent went away", naming no cap. (The cgroup's OOM kill of the agent,
-# js_buffer_hog, answered the same until agent_lost() named OOM kills of a sandbox that lives on.)
-DENO_DEFECTS = {
-    "js_memory_hog": (lambda st, r, hits: st == 502 and AGENT_GONE in r,
-                      "deno: a JS heap past its V8 limit ('Fatal JavaScript out of memory: Reached heap "
-                      "limit' in agent.log) answers HTTP 502 'agent went away', the cap not named"),
 }
 
 
@@ -191,7 +181,4 @@ def test_offender_capped_in_a_deno_sandbox(managers, driver, workload):
     report(driver, workload, lat, probe="node -e 0")
     rm_leaves_nothing(m, workload, offender, neighbour, probe=DENO_PROBE)
     if not DENO_CHECKS[workload](status, body, hits):
-        known = DENO_DEFECTS.get(workload)
-        if known and known[0](status, body, hits):
-            pytest.xfail(known[1])
         pytest.fail(f"{workload} was not capped as expected: HTTP {status} " + summary(body), pytrace=False)
