@@ -3,6 +3,7 @@
 // Whatever needs the sandbox's agent (exec, cp, ps, port-forward) resumes a
 // paused sandbox first, since a frozen agent would answer nothing, unless the
 // config says `on_paused: refuse` (then it is a conflict: 409 through the API).
+#include "core/fault.hpp"
 #include "core/local_backend.hpp"
 
 namespace sbx {
@@ -27,10 +28,26 @@ SandboxRecord LocalBackend::set_paused(const std::string& id, bool paused) {
   check_live(rec, *driver, paused ? "pause" : "resume");
   SandboxState want = paused ? SandboxState::paused : SandboxState::running;
   if (rec.state == want) return rec;  // no error: pausing a paused sandbox leaves it so
-  with_context((paused ? "pausing sandbox " : "resuming sandbox ") + rec.id, [&] {
-    if (paused) driver->pause(rec, registry_.dir(rec.id));
-    else driver->resume(rec, registry_.dir(rec.id));
-  });
+  // The record says "paused" from before the freeze until after the thaw: were sbx
+  // killed in between, the next exec resumes it (a no-op on a running one). The other
+  // way round, a frozen sandbox recorded as running, an exec would wait on it for good.
+  if (paused) {
+    rec.state = SandboxState::paused;
+    registry_.save(rec);
+  }
+  try {
+    with_context((paused ? "pausing sandbox " : "resuming sandbox ") + rec.id, [&] {
+      if (paused) driver->pause(rec, registry_.dir(rec.id));
+      else driver->resume(rec, registry_.dir(rec.id));
+    });
+  } catch (const Error&) {
+    if (paused) {
+      rec.state = SandboxState::running;  // the freeze failed: it runs, as the record said before
+      registry_.save(rec);
+    }
+    throw;
+  }
+  fault::point(paused ? "pause.frozen" : "resume.thawed");
   rec.state = want;
   registry_.save(rec);
   // Idle time starts again at the resume, not at the last exec before the pause.

@@ -8,6 +8,7 @@
 
 #include <chrono>
 
+#include "core/fault.hpp"
 #include "core/fsutil.hpp"
 #include "core/local_backend.hpp"
 
@@ -37,6 +38,7 @@ void LocalBackend::while_paused(SandboxRecord& rec, const std::function<void()>&
         // ours reaches): sync(2) writes back every filesystem's.
         ::sync();
         copy();
+        fault::point("snapshot.copied");
         break;
       }
       if (attempt + 1 == kPauseTries)

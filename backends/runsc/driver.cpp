@@ -459,8 +459,15 @@ class RunscDriver : public Driver {
 
   void runsc_state_change(const SandboxRecord& rec, const std::string& verb) {
     auto r = runsc(rec, {verb, rec.id});
-    if (r.status != 0)
-      throw Error(Errc::io, "runsc " + verb + " " + rec.id + " failed: " + r.output.substr(0, 500));
+    if (r.status == 0) return;
+    // runsc refuses to resume a running container (or pause a paused one). A pause
+    // that sbx's death cut short leaves just that: the record says paused, gVisor
+    // never froze. Already in the state asked for is done.
+    auto st = runsc(rec, {"state", rec.id});
+    json state = json::parse(st.output, nullptr, false);
+    if (st.status == 0 && state.is_object() && state.value("status", "") == (verb == "pause" ? "paused" : "running"))
+      return;
+    throw Error(Errc::io, "runsc " + verb + " " + rec.id + " failed: " + r.output.substr(0, 500));
   }
 
   static bool known_to_runsc(const std::string& root, const std::string& id) {
