@@ -1,5 +1,6 @@
 // sbx pool: the warm pool of this host's state root (core/pool.hpp), for
 // hosts without a manager; `sbx serve` keeps its own pool filled by itself.
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/core.h>
@@ -47,10 +48,13 @@ void register_pool(CLI::App& app, Globals& g, Outcome& out) {
                        {"stale", r.stale}, {"problem", r.problem}});
       std::printf("%s\n", arr.dump(2).c_str());
     } else {
-      std::string table = fmt::format("{:<11} {:>4} {:>5} {:>8} {:>5}  {}\n", "DRIVER", "SIZE", "READY", "STARTING",
+      // A pool is a driver's, or a snapshot's (snapshot:NAME): the column fits the longest.
+      size_t w = 11;
+      for (auto& r : rows) w = std::max(w, r.driver.size());
+      std::string table = fmt::format("{:<{}} {:>4} {:>5} {:>8} {:>5}  {}\n", "POOL", w, "SIZE", "READY", "STARTING",
                                       "STALE", "PROBLEM");
       for (auto& r : rows)
-        table += fmt::format("{:<11} {:>4} {:>5} {:>8} {:>5}  {}\n", r.driver, r.size, r.ready, r.starting, r.stale,
+        table += fmt::format("{:<{}} {:>4} {:>5} {:>8} {:>5}  {}\n", r.driver, w, r.size, r.ready, r.starting, r.stale,
                              r.problem);
       std::fputs(table.c_str(), stdout);
     }

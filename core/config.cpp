@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/netaddr.hpp"
 #include "core/fsutil.hpp"
+#include "core/spec.hpp"
 #include "core/units.hpp"
 
 extern char** environ;
@@ -318,12 +319,18 @@ void set_image_dirs(Config& c, const ConfigInputs& in, const Resolver& r) {
 // The warm pool's sizes: SBX_POOL replaces the file's whole `pool:` mapping.
 void set_pool(Config& c, const Resolver& r, const std::vector<std::string>& file_keys) {
   constexpr uint64_t kMaxPoolSize = 64;
+  // A key is a driver's name, or snapshot:NAME (sandboxes started on a snapshot's files).
   auto add = [&](const std::string& driver, const Setting& s) {
+    constexpr std::string_view kSnapshot = "snapshot:";
     bool name_ok = !driver.empty();
-    for (char ch : driver) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_');
+    if (driver.rfind(kSnapshot, 0) == 0) {
+      name_ok = valid_sandbox_name(std::string_view(driver).substr(kSnapshot.size()));
+    } else {
+      for (char ch : driver) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_');
+    }
     if (!name_ok)
-      throw Error(Errc::invalid_argument, s.label + ": '" + driver + "' is not a driver name")
-          .set_hint("write DRIVER=SIZE pairs separated by commas, e.g. subprocess=2,deno=1");
+      throw Error(Errc::invalid_argument, s.label + ": '" + driver + "' is neither a driver name nor snapshot:NAME")
+          .set_hint("write KEY=SIZE pairs separated by commas, e.g. subprocess=2,deno=1,snapshot:web=1");
     uint64_t n = parse_uint(s);
     if (n > kMaxPoolSize)
       throw Error(Errc::invalid_argument, s.label + ": a pool of " + s.text + " is more than " +

@@ -132,7 +132,8 @@ SandboxRecord LocalBackend::create_for(const SandboxSpec& in, const Progress& pr
   SandboxRecord probe_rec;
   probe_rec.spec = spec;
   auto driver = driver_for(probe_rec);
-  if (auto pooled = spec.from_snapshot.empty() ? pool_.claim(spec, *driver) : std::nullopt) {
+  // From a snapshot too: a `snapshot:NAME` pool starts sandboxes on its files ahead.
+  if (auto pooled = pool_.claim(spec, *driver)) {
     if (one_shot.pid) {
       pooled->one_shot = one_shot;
       registry_.save(*pooled);

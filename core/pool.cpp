@@ -1,5 +1,6 @@
 #include "core/pool.hpp"
 
+#include <cstring>
 #include <set>
 
 #include "core/agent_client.hpp"
@@ -7,6 +8,7 @@
 #include "core/fsutil.hpp"
 #include "core/images.hpp"
 #include "core/local_backend.hpp"
+#include "core/snapshots.hpp"
 
 namespace sbx {
 
@@ -36,13 +38,31 @@ void make_workdir(AgentClient& agent, const std::string& workdir) {
 }
 }  // namespace
 
-SandboxSpec pool_spec(const std::string& driver, const Config& cfg, const DriverTable& drivers) {
+namespace {
+bool snapshot_pool(const std::string& key) { return key.rfind(kSnapshotPoolPrefix, 0) == 0; }
+}  // namespace
+
+SandboxSpec pool_spec(const std::string& key, const Config& cfg, const DriverTable& drivers) {
   SandboxSpec s;
-  s.driver = driver;
+  std::optional<SnapshotInfo> snap;
+  if (snapshot_pool(key)) {
+    snap = SnapshotStore(cfg.state_dir).get(key.substr(std::strlen(kSnapshotPoolPrefix)));
+    s.driver = snap->spec.driver;
+  } else {
+    s.driver = key;
+  }
   // The network creates will ask for by default, or no claim would ever fit.
-  if (auto* info = find_driver(drivers, driver); info && info->network_jail) s.network = cfg.default_network;
-  // The image creates get when they name none, resolved as create resolves it.
-  s.image = images::resolve("", driver, cfg, drivers);
+  if (auto* info = find_driver(drivers, s.driver); info && info->network_jail) s.network = cfg.default_network;
+  if (snap) {
+    // What `create --from NAME` asks for (LocalBackend::apply_snapshot): the snapshot's
+    // image, disk cap and files; a layer is content-addressed, a checkpoint named.
+    s.image = snap->spec.image;
+    s.limits.disk_mb = snap->spec.limits.disk_mb;
+    s.from_snapshot = snap->memory ? snap->name : snap->digest;
+  } else {
+    // The image creates get when they name none, resolved as create resolves it.
+    s.image = images::resolve("", s.driver, cfg, drivers);
+  }
   s = normalize_spec(s, cfg, drivers);
   // Never collected for idleness or age while pooled; a claim sets the caller's values.
   s.idle_timeout_s = 0;
@@ -51,7 +71,8 @@ SandboxSpec pool_spec(const std::string& driver, const Config& cfg, const Driver
 }
 
 PoolFit pool_fit(const SandboxSpec& want, const SandboxSpec& pooled) {
-  if (want.driver != pooled.driver || want.image != pooled.image || want.network != pooled.network)
+  if (want.driver != pooled.driver || want.image != pooled.image || want.network != pooled.network ||
+      want.from_snapshot != pooled.from_snapshot)
     return PoolFit::none;
   // The disk cap is the size of the sandbox's own disk image, made when it started.
   if (want.limits.disk_mb != pooled.limits.disk_mb) return PoolFit::none;
@@ -68,34 +89,68 @@ Pool::Pool(const Config& cfg, const DriverTable& drivers, Registry& registry,
            std::function<bool(const SandboxRecord&)> alive)
     : cfg_(cfg), drivers_(drivers), registry_(registry), alive_(std::move(alive)) {}
 
-uint64_t Pool::size_of(const std::string& driver) const {
-  auto it = cfg_.pool_sizes.find(driver);
+uint64_t Pool::size_of(const std::string& key) const {
+  auto it = cfg_.pool_sizes.find(key);
   return it == cfg_.pool_sizes.end() ? 0 : it->second;
 }
 
-bool Pool::usable(const std::string& driver, std::string* why) {
+bool Pool::may_serve(const SandboxSpec& want) const {
+  if (want.from_snapshot.empty()) return size_of(want.driver) > 0;
+  for (auto& [key, n] : cfg_.pool_sizes)
+    if (n > 0 && snapshot_pool(key)) return true;
+  return false;
+}
+
+std::string Pool::key_of(const SandboxSpec& spec, std::map<std::string, std::optional<SandboxSpec>>& specs) {
+  for (auto& [key, n] : cfg_.pool_sizes) {
+    if (snapshot_pool(key) ? spec.from_snapshot.empty() : key != spec.driver || !spec.from_snapshot.empty()) continue;
+    auto it = specs.find(key);
+    if (it == specs.end()) {
+      std::optional<SandboxSpec> made;
+      if (usable(key, nullptr)) {
+        try {
+          made = pool_spec(key, cfg_, drivers_);
+        } catch (const Error&) {
+          // Removed since usable() looked: no sandbox is this pool's.
+        }
+      }
+      it = specs.emplace(key, std::move(made)).first;
+    }
+    if (it->second && pool_fit(*it->second, spec) == PoolFit::exact && it->second->workdir == spec.workdir) return key;
+  }
+  return "";
+}
+
+bool Pool::usable(const std::string& key, std::string* why) {
   // The manager's API threads and its refiller share one Pool.
   std::lock_guard lock(usable_mu_);
   auto now = std::chrono::steady_clock::now();
-  auto [entry, fresh] = usable_.try_emplace(driver);
+  auto [entry, fresh] = usable_.try_emplace(key);
   if (fresh || now - entry->second.at > kProbeTtl) {
     entry->second = {"", now};
     std::string& why_not = entry->second.why;
+    std::string driver = key;
+    if (snapshot_pool(key)) {
+      try {
+        driver = SnapshotStore(cfg_.state_dir).get(key.substr(std::strlen(kSnapshotPoolPrefix))).spec.driver;
+      } catch (const Error& e) {
+        why_not = e.what();
+      }
+    }
     auto* info = find_driver(drivers_, driver);
-    if (!info) {
-      why_not = "no driver named '" + driver + "' (drivers: " + driver_names(drivers_) + ")";
-    } else {
+    if (why_not.empty() && !info) why_not = "no driver named '" + driver + "' (drivers: " + driver_names(drivers_) + ")";
+    if (why_not.empty()) {
       for (auto& p : info->probe(cfg_, false))
         if (!p.ok && !p.advisory) {
           why_not = p.name + ": " + p.detail + (p.remedy.empty() ? "" : " (" + p.remedy + ")");
           break;
         }
-      if (why_not.empty()) {
-        try {
-          pool_spec(driver, cfg_, drivers_);
-        } catch (const Error& e) {
-          why_not = std::string("its default spec is invalid: ") + e.what();
-        }
+    }
+    if (why_not.empty()) {
+      try {
+        pool_spec(key, cfg_, drivers_);
+      } catch (const Error& e) {
+        why_not = std::string("its default spec is invalid: ") + e.what();
       }
     }
   }
@@ -114,7 +169,7 @@ void Pool::destroy_locked(const SandboxRecord& rec, Driver& driver) {
 
 std::optional<SandboxRecord> Pool::claim(const SandboxSpec& want, Driver& driver) {
   // No pool configured: not even a registry listing on the cold path.
-  if (size_of(want.driver) == 0) return std::nullopt;
+  if (!may_serve(want)) return std::nullopt;
   // A taken name is refused before a pooled sandbox is changed for nothing.
   registry_.check_name_free(want);
   for (auto& listed : registry_.list()) {
@@ -183,14 +238,14 @@ std::map<std::string, std::string> Pool::unwanted(const std::vector<SandboxRecor
       out[r.id] = "pooled, but the " + d + " driver is unusable: " + why;
       continue;
     }
-    auto& spec = specs[d];
-    if (!spec) spec = pool_spec(d, cfg_, drivers_);
-    if (pool_fit(*spec, r.spec) != PoolFit::exact || spec->workdir != r.spec.workdir) {
+    std::string key = key_of(r.spec, specs);
+    if (key.empty() && r.spec.from_snapshot.empty() && !cfg_.pool_sizes.count(d)) key = d;  // no pool of d at all
+    if (key.empty()) {
       out[r.id] = "pooled with settings the pool no longer uses";
-    } else if (kept[d] >= size_of(d)) {
-      out[r.id] = "pooled beyond the " + d + " pool size of " + std::to_string(size_of(d));
+    } else if (kept[key] >= size_of(key)) {
+      out[r.id] = "pooled beyond the " + key + " pool size of " + std::to_string(size_of(key));
     } else {
-      ++kept[d];
+      ++kept[key];
     }
   }
   return out;
@@ -202,25 +257,29 @@ PoolFillReport Pool::fill(const PoolStarter& start) {
   auto recs = registry_.list();
   auto drop = unwanted(recs);
   int64_t now = now_ms();
-  for (auto& [driver, size] : cfg_.pool_sizes) {
+  for (auto& [key, size] : cfg_.pool_sizes) {
     if (size == 0) continue;
     std::string why;
-    if (!usable(driver, &why)) {
-      report.errors.emplace_back(driver, why);
+    SandboxSpec spec;
+    try {
+      if (!usable(key, &why)) throw Error(Errc::unavailable, why);
+      spec = pool_spec(key, cfg_, drivers_);
+    } catch (const Error& e) {
+      report.errors.emplace_back(key, e.what());
       continue;
     }
     uint64_t have = 0;
     for (auto& r : recs) {
-      if (!r.from_pool || r.spec.driver != driver || drop.count(r.id)) continue;
+      if (!r.from_pool || r.spec.driver != spec.driver || r.spec.from_snapshot != spec.from_snapshot || drop.count(r.id))
+        continue;
       if (r.state == SandboxState::pooled || (r.state == SandboxState::creating && now - r.created_ms < kStartingGraceMs))
         ++have;
     }
-    SandboxSpec spec = pool_spec(driver, cfg_, drivers_);
     for (; have < size; ++have) {
       try {
         report.started.push_back(start(spec).id);
       } catch (const Error& e) {
-        report.errors.emplace_back(driver, e.what());
+        report.errors.emplace_back(key, e.what());
         break;  // the next start would most likely fail the same way
       }
     }
@@ -232,16 +291,20 @@ std::vector<PoolStatus> Pool::status() {
   auto recs = registry_.list();
   auto drop = unwanted(recs);
   std::map<std::string, PoolStatus> by;
+  std::map<std::string, std::optional<SandboxSpec>> specs;
   for (auto& [d, n] : cfg_.pool_sizes) by[d].size = n;
   int64_t now = now_ms();
   for (auto& r : recs) {
     if (!r.from_pool) continue;
+    // A sandbox no pool starts now (stale) shows under its driver.
+    std::string key = key_of(r.spec, specs);
+    if (key.empty()) key = r.spec.driver;
     if (r.state == SandboxState::pooled) {
-      auto& s = by[r.spec.driver];
+      auto& s = by[key];
       if (drop.count(r.id)) ++s.stale;
       else ++s.ready;
     } else if (r.state == SandboxState::creating && now - r.created_ms < kStartingGraceMs) {
-      ++by[r.spec.driver].starting;
+      ++by[key].starting;
     }
   }
   std::vector<PoolStatus> out;

@@ -28,18 +28,25 @@ enum class PoolFit {
   set_limits,  ///< serves it once the driver changes the cpu/memory/pids caps
 };
 
-/// The spec pooled sandboxes of `driver` are started with: the configured
-/// defaults (limits, network, host view, /work). Throws like normalize_spec.
-SandboxSpec pool_spec(const std::string& driver, const Config& cfg, const DriverTable& drivers);
+/// A pool's key in `pool:` / SBX_POOL: a driver's name (its default image), or
+/// "snapshot:NAME", sandboxes started from that snapshot's files (`create --from NAME`).
+inline constexpr char kSnapshotPoolPrefix[] = "snapshot:";
 
-/// Whether a normalized request `want` can be served by a sandbox started as `pooled`.
+/// The spec pooled sandboxes of pool `key` are started with: the configured
+/// defaults (limits, network, host view, /work), on the snapshot's driver, image,
+/// disk and files for a snapshot's pool. Throws like normalize_spec, or not_found
+/// for a snapshot that is not there.
+SandboxSpec pool_spec(const std::string& key, const Config& cfg, const DriverTable& drivers);
+
+/// Whether a normalized request `want` can be served by a sandbox started as `pooled`
+/// (its files the same snapshot's, or both the image's alone).
 /// Env, labels, idle timeout, TTL and persistence are applied at claim time, and
 /// a workdir below the pool's (/work/x) is made then.
 PoolFit pool_fit(const SandboxSpec& want, const SandboxSpec& pooled);
 
-/// One driver's pool, for `sbx pool status`.
+/// One pool, for `sbx pool status`.
 struct PoolStatus {
-  std::string driver;
+  std::string driver;   ///< the pool's key: a driver, or snapshot:NAME
   uint64_t size = 0;    ///< configured
   int ready = 0;        ///< pooled, alive and started with today's settings
   int starting = 0;     ///< being started for the pool
@@ -79,8 +86,13 @@ class Pool {
  private:
   /// Whether the driver can run sandboxes here now; `why` says why not.
   /// Cached for a few seconds: a long-lived Pool (the manager's) notices a driver going away.
-  bool usable(const std::string& driver, std::string* why);
-  uint64_t size_of(const std::string& driver) const;
+  bool usable(const std::string& key, std::string* why);
+  uint64_t size_of(const std::string& key) const;
+  /// Whether some pool may hold a sandbox for `want` (no registry listing otherwise).
+  bool may_serve(const SandboxSpec& want) const;
+  /// The key of the pool a pooled sandbox of `spec` belongs to; "" when no configured
+  /// pool starts such sandboxes now. `specs` caches pool_spec per key (nullopt: unusable).
+  std::string key_of(const SandboxSpec& spec, std::map<std::string, std::optional<SandboxSpec>>& specs);
   /// Kills a pooled sandbox whose lock the caller holds.
   void destroy_locked(const SandboxRecord& rec, Driver& driver);
 

@@ -221,6 +221,36 @@ def test_one_shots_refill_the_pool_without_a_manager(clients):
         (spare,) = ids
 
 
+@pytest.mark.only_drivers("subprocess", "runsc")
+def test_a_snapshot_pool_serves_create_from_with_the_snapshots_files(clients, driver):
+    # Before: a create --from never took a pooled sandbox, so a fork started cold and copied the layer.
+    c = clients.new({"SBX_POOL": "snapshot:web=1"}, label=f"pool-snapshot-{driver}")
+    src = c.create(driver=driver)
+    c.sh(src, "echo v1 > /work/f").ok()
+    c.run("snapshot", src, "web", timeout=120).ok()
+    (spare,) = fill(c, 1, "snapshot:web")
+    assert c.create(driver=driver) != spare, "a plain create must not get a snapshot's files"
+    sid = c.create("--from", "web", driver=None)
+    assert sid == spare and c.record(sid)["from_pool"] is True
+    assert c.record(sid)["spec"]["driver"] == driver
+    assert c.sh(sid, "cat /work/f; echo v2 > /work/f").ok().out == "v1\n"
+    cold = c.create("--from", "web", driver=None)  # the pool is empty now: started cold, as before
+    assert cold != sid and c.sh(cold, "cat /work/f").ok().out == "v1\n"
+    # The name taken by other files: the spare on the old ones is stale, gc removes it, the next fill starts on the new.
+    (old,) = fill(c, 1, "snapshot:web")
+    c.run("snapshot", sid, "web", timeout=120).ok()
+    st = status(c)
+    assert st["snapshot:web"]["ready"] == 0 and st[driver]["stale"] == 1, st  # no pool starts it now: its driver's row
+    acts = json.loads(c.run("gc", "--json").ok().out)["actions"]
+    assert [(a["target"], a["reason"]) for a in acts] == [(old, "pooled with settings the pool no longer uses")]
+    (new,) = fill(c, 1, "snapshot:web")
+    assert c.create("--from", "web", driver=None) == new and c.sh(new, "cat /work/f").ok().out == "v2\n"
+    c.run("snapshot", "rm", "web").ok()
+    assert "no such snapshot" in status(c)["snapshot:web"]["problem"]
+    r = c.run("pool", "fill")
+    assert r.rc != 0 and "no such snapshot" in r.err, r
+
+
 def test_sbx_serve_refills_its_pool_in_the_background(managers):
     m = managers.new("pool", "pool:\n  subprocess: 2\nserver:\n  reap_interval: 1h\n")
 

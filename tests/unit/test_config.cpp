@@ -536,6 +536,10 @@ TEST_CASE("config: warm pool sizes from the file and SBX_POOL", "[config][pool]"
   CHECK(e.pool_sizes == std::map<std::string, uint64_t>{{"runsc", 3}, {"subprocess", 0}});
   CHECK(e.origin["pool"] == "env SBX_POOL");
   CHECK(with_yaml(inputs(), "pool:\n").pool_sizes.empty());
+  // A snapshot's pool: sandboxes started on its files.
+  CHECK(no_file(inputs({{"SBX_POOL", "snapshot:web.v2=2,subprocess=1"}})).pool_sizes ==
+        std::map<std::string, uint64_t>{{"snapshot:web.v2", 2}, {"subprocess", 1}});
+  CHECK(with_yaml(inputs(), "pool:\n  snapshot:web: 1\n").pool_sizes == std::map<std::string, uint64_t>{{"snapshot:web", 1}});
 }
 
 TEST_CASE("config: bad warm pool settings are refused with the fix", "[config][pool]") {
@@ -543,7 +547,9 @@ TEST_CASE("config: bad warm pool settings are refused with the fix", "[config][p
   CHECK(bad_env.code() == Errc::invalid_argument);
   CHECK(contains(bad_env.hint(), "subprocess=2"));
   CHECK(contains(error_of([] { no_file(inputs({{"SBX_POOL", "subprocess=two"}})); }).message(), "not a whole number"));
-  CHECK(contains(error_of([] { no_file(inputs({{"SBX_POOL", "a/b=1"}})); }).message(), "not a driver name"));
+  CHECK(contains(error_of([] { no_file(inputs({{"SBX_POOL", "a/b=1"}})); }).message(), "neither a driver name"));
+  CHECK(contains(error_of([] { no_file(inputs({{"SBX_POOL", "snapshot:=1"}})); }).message(), "nor snapshot:NAME"));
+  CHECK(contains(error_of([] { no_file(inputs({{"SBX_POOL", "snapshot:../x=1"}})); }).message(), "nor snapshot:NAME"));
   CHECK(contains(error_of([] { no_file(inputs({{"SBX_POOL", "subprocess=65"}})); }).message(), "more than 64"));
   CHECK(contains(error_of([] { with_yaml(inputs(), "pool: 3\n"); }).message(), "mapping of driver: size"));
   CHECK(contains(error_of([] { with_yaml(inputs(), "pool:\n  deno: [1]\n"); }).message(), "not `driver: size`"));

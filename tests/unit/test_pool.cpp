@@ -55,6 +55,17 @@ TEST_CASE("pool: driver, image and network must be the pool's", "[pool]") {
   CHECK(sbx::pool_fit(want, pooled()) == PoolFit::none);
 }
 
+TEST_CASE("pool: a sandbox on a snapshot's files serves creates from that snapshot only", "[pool]") {
+  SandboxSpec from_web = pooled();
+  from_web.from_snapshot = "sha256:aaaa";
+  CHECK(sbx::pool_fit(from_web, from_web) == PoolFit::exact);
+  CHECK(sbx::pool_fit(pooled(), from_web) == PoolFit::none);  // a plain create gets no snapshot's files
+  CHECK(sbx::pool_fit(from_web, pooled()) == PoolFit::none);  // nor a create --from the image's alone
+  SandboxSpec other = from_web;
+  other.from_snapshot = "sha256:bbbb";
+  CHECK(sbx::pool_fit(other, from_web) == PoolFit::none);
+}
+
 TEST_CASE("pool: a workdir below the pool's is made at the claim, others start cold", "[pool]") {
   SandboxSpec want = pooled();
   for (const char* ok : {"/work", "/work/a", "/work/a/b"}) {
