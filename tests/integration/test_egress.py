@@ -74,6 +74,23 @@ def forwarder_pid() -> int:
     return int(p.read_text()) if p.exists() else 0
 
 
+def forwarder_alive(pid: int) -> bool:
+    try:
+        return pid > 0 and Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1] == b"__dns-forwarder"
+    except (OSError, IndexError):
+        return False
+
+
+def uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def started_at(pid: int) -> float:
+    """A process's start, in seconds after boot as uptime() counts (/proc/PID/stat's clock ticks)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def test_forwarder_down_fails_closed_and_gc_brings_it_back(world, net_sbx, jailed):
     with forwarder_lock(exclusive=True):
         forwarder_down_fails_closed(world, net_sbx, jailed)
@@ -83,19 +100,30 @@ def forwarder_down_fails_closed(world, net_sbx, jailed):
     world.set_flip(PUBLIC_A, 30)
     sid = jailed("--allow", "flip.test")
     assert resolve(net_sbx, sid, "flip.test") == PUBLIC_A
-    pid = forwarder_pid()
-    assert pid and Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1] == b"__dns-forwarder"
-    os.kill(pid, 9)
-    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
-    # Down: names do not resolve, and nothing new opens.
     world.set_flip(PUBLIC_B, 30)
-    assert resolve(net_sbx, sid, "flip.test").startswith("failed")
-    res = probe(net_sbx, sid, targets(PUBLIC_B))
+    # Any sbx on this host that reconciles (a manager's reaper, every 5 s by default; the
+    # other CI lane runs some) starts a killed forwarder again: a check that meets one it
+    # started does not count, and is made again.
+    for _ in range(3):
+        pid = forwarder_pid()
+        assert forwarder_alive(pid)
+        os.kill(pid, 9)
+        assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
+        # Down: names do not resolve, and nothing new opens.
+        answer = resolve(net_sbx, sid, "flip.test")
+        res = probe(net_sbx, sid, targets(PUBLIC_B))
+        if not forwarder_alive(forwarder_pid()):
+            break
+    assert not forwarder_alive(forwarder_pid()), "another sbx kept starting the forwarder again"
+    assert answer.startswith("failed"), answer
     assert not is_open(res, PUBLIC_B), res
-    # gc starts it again.
+    # gc starts it again (or another sbx did first, before this gc began).
+    began = uptime()
     out = net_sbx.run("gc", "--json").ok().out
-    assert "dns-forwarder" in out, out
-    assert forwarder_pid() not in (0, pid)
+    new = forwarder_pid()
+    assert new != pid and forwarder_alive(new), out
+    if "dns-forwarder" not in out:
+        assert started_at(new) < began, f"gc left the forwarder down: {out}"
     assert resolve(net_sbx, sid, "flip.test") == PUBLIC_B
     res = probe(net_sbx, sid, targets(PUBLIC_B))
     assert is_open(res, PUBLIC_B), res
