@@ -24,6 +24,8 @@ bool same_limits(const Limits& a, const Limits& b) {
   return a.cpus == b.cpus && a.memory_mb == b.memory_mb && a.pids == b.pids && a.disk_mb == b.disk_mb;
 }
 
+bool snapshot_pool(const std::string& key) { return key.rfind(kSnapshotPoolPrefix, 0) == 0; }
+
 // The workdir of a claim that asked for one below the pool's: made by the
 // agent (mkdir -p, one level at a time; existing levels are kept).
 void make_workdir(AgentClient& agent, const std::string& workdir) {
@@ -36,10 +38,6 @@ void make_workdir(AgentClient& agent, const std::string& workdir) {
     if (part.size() > 1) agent.write_entry(part, dir, nullptr);
   }
 }
-}  // namespace
-
-namespace {
-bool snapshot_pool(const std::string& key) { return key.rfind(kSnapshotPoolPrefix, 0) == 0; }
 }  // namespace
 
 SandboxSpec pool_spec(const std::string& key, const Config& cfg, const DriverTable& drivers) {
@@ -103,7 +101,9 @@ bool Pool::may_serve(const SandboxSpec& want) const {
 
 std::string Pool::key_of(const SandboxSpec& spec, std::map<std::string, std::optional<SandboxSpec>>& specs) {
   for (auto& [key, n] : cfg_.pool_sizes) {
-    if (snapshot_pool(key) ? spec.from_snapshot.empty() : key != spec.driver || !spec.from_snapshot.empty()) continue;
+    // A driver's pool holds sandboxes on its image alone; a snapshot's, on the snapshot's files.
+    bool kind = snapshot_pool(key) ? !spec.from_snapshot.empty() : key == spec.driver && spec.from_snapshot.empty();
+    if (!kind) continue;
     auto it = specs.find(key);
     if (it == specs.end()) {
       std::optional<SandboxSpec> made;
