@@ -13,6 +13,7 @@
 #include "core/config.hpp"
 #include "core/driver.hpp"
 #include "server/api.hpp"
+#include "tests/fuzz/fuzz_api.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 #include "tests/unit/fake_backend.hpp"
 
@@ -58,12 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rec.state = sbx::SandboxState::running;
   backend.add(rec);
   backend.write_file(rec.id, "/f", "content");
-  sbx::Config cfg;
-  cfg.state_dir = state.path;
-  cfg.local_backend = "subprocess";
-  sbx::server::KeyRing keys;
-  keys.add(alice);
-  sbx::server::Api api(cfg, drivers, backend, keys, sbx::server::Limits{});
+  auto api = sbx_fuzz::make_api(state.path, drivers, backend, alice);
 
   sbx::server::HttpRequest req;
   req.method = in.PickValueInArray(kMethods);
@@ -83,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     req.body_fd = body.get();
     req.body_complete = [] { return true; };
   }
-  sbx::server::HttpResponse r = api.handle(req);
+  sbx::server::HttpResponse r = api->handle(req);
   drain(r);
   if (r.content_type == "application/json" && r.file_fd < 0 && !r.stream && !r.body.empty() &&
       nlohmann::json::parse(r.body, nullptr, false).is_discarded())

@@ -48,6 +48,7 @@
 #include "core/fsutil.hpp"
 #include "core/websocket.hpp"
 #include "server/api.hpp"
+#include "tests/fuzz/fuzz_api.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 #include "tests/unit/fake_backend.hpp"
 
@@ -226,12 +227,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     s.reset();
     served->set_value();
   });
-  sbx::Config cfg;
-  cfg.state_dir = state.path;
-  cfg.local_backend = "subprocess";
-  sbx::server::KeyRing keys;
-  keys.add(alice);
-  sbx::server::Api api(cfg, drivers, backend, keys, sbx::server::Limits{});
+  auto api = sbx_fuzz::make_api(state.path, drivers, backend, alice);
 
   sbx::server::HttpRequest req;
   req.method = "GET";
@@ -239,7 +235,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   req.key = &alice;
   req.request_id = "fuzz";
   req.websocket_key = kClientKey;
-  sbx::server::HttpResponse r = api.handle(req);
+  sbx::server::HttpResponse r = api->handle(req);
   if (r.status != 101 || !r.websocket) std::abort();
 
   int sp[2];
