@@ -17,7 +17,9 @@ COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done"
 
 
 def _count(sbx, sid) -> int:
-    return int(sbx.exec(sid, "cat", "/tmp/c").ok().out)
+    # `echo $i > /tmp/c` truncates before it writes: a read in between finds the file empty.
+    out = sbx.exec(sid, "cat", "/tmp/c").ok().out.strip()
+    return int(out) if out else -1
 
 
 def _snapshots(sbx) -> dict[str, dict]:
