@@ -103,15 +103,13 @@ void write_knob(const std::string& path, std::string_view value) {
 
 void make_dirs(const std::string& path, unsigned mode) {
   if (path.empty()) return;
-  std::string cur;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    cur = path.substr(0, pos);
-    if (cur.empty()) continue;
-    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST)
-      throw sys_error("cannot create directory " + cur, errno);
-  }
+  // The whole path first: its parents nearly always exist, and a walk from /
+  // costs a syscall per part (a sandbox's create makes ~15 directories).
+  if (::mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return;
+  if (errno != ENOENT) throw sys_error("cannot create directory " + path, errno);
+  if (auto slash = path.find_last_of('/'); slash != std::string::npos && slash != 0)
+    make_dirs(path.substr(0, slash), mode);
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) throw sys_error("cannot create directory " + path, errno);
 }
 
 namespace {

@@ -1,0 +1,45 @@
+#include "core/fsutil.hpp"
+
+#include <sys/stat.h>
+
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "core/error.hpp"
+#include "tests/unit/helpers.hpp"
+
+using sbx_test::TempDir;
+using sbx_test::write_text;
+
+namespace {
+unsigned mode_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  REQUIRE(S_ISDIR(st.st_mode));
+  return st.st_mode & 07777;
+}
+}  // namespace
+
+TEST_CASE("make_dirs makes every missing part with the mode, and is idempotent") {
+  TempDir t{"fsutil"};
+  ::umask(022);
+  std::string deep = t.path + "/a/b/c";
+  sbx::make_dirs(deep, 0700);
+  for (auto* part : {"/a", "/a/b", "/a/b/c"}) CHECK(mode_of(t.path + part) == 0700);
+  sbx::make_dirs(deep, 0755);  // already there: left as it is
+  CHECK(mode_of(deep) == 0700);
+  sbx::make_dirs(t.path + "/a/b/d/", 0711);  // a trailing slash
+  CHECK(mode_of(t.path + "/a/b/d") == 0711);
+}
+
+TEST_CASE("make_dirs names the path when a part is a file") {
+  TempDir t{"fsutil"};
+  write_text(t.path + "/file", "x");
+  try {
+    sbx::make_dirs(t.path + "/file/sub/dir", 0700);
+    FAIL("no error");
+  } catch (const sbx::Error& e) {
+    CHECK(std::string(e.what()).find(t.path + "/file/sub") != std::string::npos);
+  }
+}
