@@ -25,8 +25,12 @@ int drop_privileges() {
     int e = errno;
     if (!(e == EINVAL && ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) < 0 && errno == EINVAL)) return e;
   }
+  // Capabilities are numbered 0 to the kernel's last without a gap, and one
+  // past the last is EINVAL: the first EINVAL ends the list.
   for (int cap = 0; cap <= 63; ++cap) {
-    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return errno;
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0) continue;
+    if (errno == EINVAL) break;
+    return errno;
   }
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return errno;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};

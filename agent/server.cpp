@@ -482,6 +482,7 @@ void Server::drop_conn(int fd) {
 }
 
 int Server::run() {
+  reset_signal_dispositions();
   root_.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
   sigset_t mask;
   sigemptyset(&mask);

@@ -125,10 +125,11 @@ void end_leftovers(bool subreaper) {
 // a daemon behind). It mirrors the command's end as its own.
 [[noreturn]] void run_shim(const SpawnRequest& req, char* const* argv, char* const* envp, ShimIO io) {
   int report_fd = io.report;
+  // Dispositions are all default already (reset_signal_dispositions); the
+  // agent's mask (its signalfd's signals) is not the command's.
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
   if (::setsid() < 0) child_fail(report_fd, kSetup, errno);
   if (io.tty) {
     // Opened by the new session's leader without O_NOCTTY, the terminal becomes
@@ -165,9 +166,16 @@ void end_leftovers(bool subreaper) {
   // on them means what it says. Signals to the process group are the
   // command's business, not the shim's.
   ::close(report_fd);
-  for (int sig = 1; sig < NSIG; ++sig)
-    if (sig != SIGCHLD && sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_IGN);
-  if (io.tty && io.signal_keys) keep_terminal_for_signal_keys();
+  // Blocked, not ignored one by one (one call, not 60): the shim outlives
+  // whatever is sent to the command's group or session, and waitpid needs no
+  // signal. Only the typed-signal relays of a terminal stay deliverable.
+  sigset_t all;
+  sigfillset(&all);
+  if (io.tty && io.signal_keys) {
+    keep_terminal_for_signal_keys();
+    for (int sig : {SIGINT, SIGQUIT, SIGTSTP}) sigdelset(&all, shim_signal_for(sig));
+  }
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);
   for (int fd = 0; fd <= 2; ++fd) ::close(fd);
   int status = 0;
   for (;;) {
@@ -181,6 +189,10 @@ void end_leftovers(bool subreaper) {
     int sig = WTERMSIG(status);
     ::signal(sig, SIG_DFL);
     ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);  // no core file of the shim for a command's SIGSEGV
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    ::sigprocmask(SIG_UNBLOCK, &one, nullptr);
     ::kill(::getpid(), sig);
     ::_exit(128 + sig);
   }
@@ -233,6 +245,11 @@ SpawnFailure describe(const SpawnRequest& req, const ChildReport& r) {
 }
 
 }  // namespace
+
+void reset_signal_dispositions() {
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+}
 
 Spawned spawn(const SpawnRequest& req, SpawnFailure& failure) {
   if (req.argv.empty()) throw Error(Errc::invalid_argument, "empty command");

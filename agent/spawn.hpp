@@ -39,6 +39,13 @@ struct SpawnFailure {
   std::string message;  ///< for the user, e.g. "nosuch: command not found"
 };
 
+/// Sets every signal's disposition to the default, once at the agent's start.
+/// A signal the agent ignored (as inherited from whoever started it) would
+/// stay ignored in every command it starts, across exec; with none ignored,
+/// the shim need not reset 64 dispositions on each spawn. The agent itself
+/// takes its signals through a signalfd and installs no handler.
+void reset_signal_dispositions();
+
 /// Forks and execs; on failure before exec returns the failure instead of a process.
 /// The child is a session leader, so its pid is also its process group. When
 /// the command ends, whatever it left running is killed (agent/tree.hpp)

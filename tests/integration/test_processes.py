@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import select
+import signal
 import subprocess
 import time
 
@@ -48,6 +49,34 @@ def _proc(sbx, sid, pid) -> dict:
 def _readline(p, timeout=20) -> bytes | None:
     ready, _, _ = select.select([p.stdout], [], [], timeout)
     return p.stdout.readline() if ready else None
+
+
+# --------------------------------------------------------------------------
+# what a command starts with
+# --------------------------------------------------------------------------
+
+def test_a_command_starts_with_no_signal_ignored_or_blocked(sbx, driver):
+    # sbx started where SIGINT, SIGHUP, SIGPIPE and SIGTERM are ignored (nohup,
+    # some CI runners) passes that on to a subprocess sandbox's agent. The
+    # agent sets its own back to default once; its commands must start with
+    # every signal at its default and none blocked, or `timeout` and Ctrl-C
+    # would not stop them.
+    def ignoring():
+        for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+
+    r = subprocess.run(sbx.argv("create", "--driver", driver), env=sbx.env(None, ()), preexec_fn=ignoring,
+                       capture_output=True, text=True, timeout=120)
+    sid = r.stdout.strip()
+    sbx.drivers[sid] = driver
+    assert r.returncode == 0, r
+    try:
+        # What the shell does with each (gVisor's /proc/self/status has no SigIgn to read).
+        for name, number in (("INT", 2), ("HUP", 1), ("PIPE", 13), ("TERM", 15)):
+            r = sbx.sh(sid, f"kill -{name} $$; echo survived")
+            assert (r.rc, r.out) == (128 + number, ""), f"SIG{name} was ignored or blocked in the command: {r!r}"
+    finally:
+        sbx.remove(sid).ok()
 
 
 # --------------------------------------------------------------------------
