@@ -5,7 +5,7 @@
 //
 // Usage: deno run ... agent.ts --socket PATH --store PATH --pyodide DIR
 //        [--snapshot FILE] [--workdir /work] [--other-drivers "subprocess, runsc"]
-//        [--max-output BYTES] [--pythons N] [--warm-python]
+//        [--max-output BYTES] [--pythons N] [--warm-python | --load-python]
 import { parseArgs } from "node:util";
 import { Decoder, encode, HEADER, encodeError, encodeJson, type Frame, chunks, parseJson, ProtoError, T, VERSION } from "./protocol.ts";
 import { cleanPath, type Entry, Store } from "./store.ts";
@@ -29,6 +29,7 @@ const { values: args } = parseArgs({
     "max-output": { type: "string", default: String(64 << 20) },
     pythons: { type: "string", default: "1" },
     "warm-python": { type: "boolean", default: false },
+    "load-python": { type: "boolean", default: false },
   },
 });
 if (!args.socket || !args.store || !args.pyodide) {
@@ -169,6 +170,7 @@ class Conn {
             running,
             uptime_ms: Math.round(performance.now() - started),
             pid: Deno.pid,
+            ...(args["load-python"] ? { python_settled: pythonSettled } : {}),
           }));
         case T.exec: {
           if (this.execs.has(f.channel)) throw new ProtoError("conflict", "channel already has a command");
@@ -485,4 +487,9 @@ const warmPythonWhenIdle = () => {
   void pyPool.warm();
 };
 if (args["warm-python"]) warmPythonWhenIdle();
+// --load-python (a Python one-shot's sandbox): at once, before any exec. The
+// host boots such a sandbox without its CPU cap and sets the cap when ping
+// says the load has settled (loaded or failed), before its one exec.
+let pythonSettled = false;
+if (args["load-python"]) void pyPool.warm().finally(() => pythonSettled = true);
 for await (const conn of listener) new Conn(conn).serve();

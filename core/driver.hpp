@@ -37,6 +37,9 @@ class Driver {
   /// Fills rec's runtime fields (agent pid, driver_data). On failure it must
   /// leave nothing running; destroy() is still called to clean up.
   virtual void start(SandboxRecord& rec, const std::string& dir) = 0;
+  /// Once the agent answers, before create returns and before any exec: what
+  /// start left for then (deno: a Python one-shot's interpreter load, then its CPU cap).
+  virtual void finish_start(SandboxRecord& /*rec*/, const std::string& /*dir*/) {}
   /// Opens a new byte stream to the sandbox's agent.
   virtual Fd connect(const SandboxRecord& rec, const std::string& dir) = 0;
   /// Whether the agent's sockets are this host kernel's and connect() is a Unix socket,

@@ -167,6 +167,7 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
     registry_.save(rec);
     fault::point("create.saved");
     wait_ready(rec, driver, dir, progress);
+    driver.finish_start(rec, dir);
     fault::point("create.ready");
     rec.state = for_pool ? SandboxState::pooled : SandboxState::running;
     registry_.save(rec);

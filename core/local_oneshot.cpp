@@ -51,7 +51,7 @@ void let_go_of_the_caller() {
 OneShotResult LocalBackend::run_once(const SandboxSpec& spec, const ExecRequest& req, ExecIO& io) {
   check_background_request(req, true);
   pid_t self = ::getpid();
-  SandboxRecord rec = create_for(spec, nullptr, {self, proc::start_time(self), proc::pid_namespace()});
+  SandboxRecord rec = create_for(spec, nullptr, {self, proc::start_time(self), proc::pid_namespace(), req.argv.empty() ? "" : req.argv[0]});
   OneShotResult out;
   out.spec = rec.spec;
   try {

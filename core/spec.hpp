@@ -71,6 +71,8 @@ struct OneShotClient {
   pid_t pid = 0;        ///< 0: not a one-shot sandbox
   uint64_t start = 0;   ///< its start time, clock ticks since boot (a recycled pid is not it)
   uint64_t pid_ns = 0;  ///< inode of its pid namespace: elsewhere the pid names another process
+  /// The program of its one exec (argv[0]), for a driver to boot for it; not saved.
+  std::string command;
 };
 
 /// A sandbox as the registry knows it.

@@ -28,6 +28,7 @@
 #include "backends/deno/runtime.hpp"
 #include "backends/deno/store_copy.hpp"
 #include "backends/drivers.hpp"
+#include "core/agent_client.hpp"
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "core/fsutil.hpp"
@@ -197,6 +198,8 @@ class DenoDriver : public Driver {
     if (!rec.spec.image.empty())
       throw Error(Errc::unavailable, "--image does not apply to the deno driver: its files live in SQLite")
           .set_hint("drop --image, or use the subprocess or runsc driver");
+    // Only as root: without it there is no cgroup and no cap to defer.
+    const bool load_python = ::geteuid() == 0 && is_python(rec.one_shot.command);
     Runtime rt = find_runtime();
     std::string cache = cache_dir();
     std::string agent = stage_agent(rt, cache);
@@ -213,7 +216,15 @@ class DenoDriver : public Driver {
     if (root) {
       if (::chown(p.state.c_str(), p.uid, p.uid) != 0) throw sys_error("chown " + p.state, errno);
       rec.driver_data["cgroup_scope"] = scope();
-      group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, rec.spec.limits); });
+      // A Python one-shot loads its interpreter before its exec, without the
+      // CPU cap (V8 compiles Pyodide on every core: ~300 ms of the load under
+      // one core's quota); finish_start sets the cap once the load has settled.
+      Limits boot = rec.spec.limits;
+      if (load_python) {
+        boot.cpus = 0;
+        rec.driver_data[kCapDeferred] = true;
+      }
+      group = with_context("creating the cgroup", [&] { return cgroup::Group::create(scope(), rec.id, boot); });
       fault::point("create.cgroup");
       p.mount_at = std::string(kMountBase) + "/" + rec.id;
       make_dirs(kMountBase, 0711);
@@ -260,7 +271,8 @@ class DenoDriver : public Driver {
     if (!snapshot.empty()) p.argv.insert(p.argv.end(), {"--snapshot", snapshot});
     // A pool's spare loads Python ahead (its point is a fast first exec); any
     // other sandbox on its first Python exec, so an idle one costs ~30 MiB, not ~200.
-    if (rec.from_pool) p.argv.emplace_back("--warm-python");
+    if (load_python) p.argv.emplace_back("--load-python");
+    else if (rec.from_pool) p.argv.emplace_back("--warm-python");
     p.env = {"DENO_DIR=" + seen + "/cache", "HOME=" + seen, "NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1",
              "LANG=C.UTF-8"};
     auto argv = c_strings(p.argv);
@@ -297,6 +309,25 @@ class DenoDriver : public Driver {
     wait_for_socket(p.state, pid);
     // Not our child to reap after this: sbx exits long before the sandbox ends
     // (init adopts it); a serve that outlives it reaps via SIGCHLD handling.
+  }
+
+  void finish_start(SandboxRecord& rec, const std::string& dir) override {
+    auto deferred = rec.driver_data.find(kCapDeferred);
+    if (deferred == rec.driver_data.end()) return;
+    // Whatever the load comes to (loaded, failed, or still going after 60 s:
+    // the exec then waits for it, capped), the cap is set before create returns.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    try {
+      AgentClient agent(connect(rec, dir));
+      while (!agent.ping().value("python_settled", true) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } catch (const Error&) {
+      // The exec finds the agent's state for itself, under the cap.
+    }
+    rec.driver_data.erase(deferred);
+    auto group = group_of(rec);
+    if (!group) throw Error(Errc::internal, "sandbox " + rec.id + " has no cgroup to set its CPU cap in");
+    with_context("setting the sandbox's CPU cap", [&] { group->set_limits(rec.spec.limits); });
   }
 
   Fd connect(const SandboxRecord& rec, const std::string& dir) override {
@@ -401,6 +432,14 @@ class DenoDriver : public Driver {
 
  private:
   std::string scope() const { return cgroup::scope_for(cfg_.state_dir); }
+  // Set in driver_data while a sandbox runs without its CPU cap (see start).
+  static constexpr const char* kCapDeferred = "cpu_cap_deferred";
+
+  static bool is_python(const std::string& program) {
+    std::string base = program.substr(program.find_last_of('/') + 1);
+    return base == "python3" || base == "python";
+  }
+
   static std::optional<cgroup::Group> group_of(const SandboxRecord& rec) {
     auto it = rec.driver_data.find("cgroup_scope");
     if (rec.id.empty() || it == rec.driver_data.end() || !it->is_string()) return std::nullopt;

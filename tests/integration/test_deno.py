@@ -495,6 +495,30 @@ def test_exec_rm_one_shot(deno):
     assert set(deno.ls_ids()) <= before, "exec --rm left a sandbox behind"
 
 
+def test_a_python_one_shot_runs_its_code_under_its_cpu_cap(deno):
+    # Its interpreter loads before the exec, without the cap (a Python
+    # one-shot's boot), and the cap must be in force by the time its code runs.
+    before = set(deno.ls_ids())
+    p = deno.popen("exec", "--rm", "--driver", "deno", "--cpus", "0.25", "--timeout", "60s", "--", "python3", "-c",
+                   "print('running', flush=True)\nwhile True: pass")
+    sid = None
+    try:
+        assert p.stdout.readline() == b"running\n"
+        sid, = set(deno.ls_ids()) - before
+        quota = period = None
+        for d in deno.cgroup_dirs(sid):
+            if os.path.exists(f"{d}/cpu.cfs_quota_us"):
+                quota, period = (int(Path(d, k).read_text()) for k in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+            elif os.path.exists(f"{d}/cpu.max"):
+                quota, period = map(int, Path(d, "cpu.max").read_text().split())
+        assert quota is not None and quota / period == pytest.approx(0.25), (quota, period)
+    finally:
+        p.kill()
+        p.communicate()
+        if sid:  # a killed client's one-shot is gc's; removed here at once
+            deno.remove(sid)
+
+
 def test_rm_frees_everything(deno):
     sid = deno.create(driver="deno")
     pid = agent_pid(deno, sid)
