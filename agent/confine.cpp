@@ -13,18 +13,33 @@
 
 namespace sbx::agent {
 
-int drop_privileges() {
+namespace {
+constexpr int kSecureBits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                            SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+                            SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+
+// lock_privileges ran to its end: the bounding set, emptied last, is empty,
+// and the securebits are set where the kernel has them.
+bool privileges_locked() {
+  if (::prctl(PR_CAPBSET_READ, CAP_CHOWN, 0, 0, 0) != 0) return false;
+  int bits = ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
+  return bits < 0 ? errno == EINVAL : (bits & kSecureBits) == kSecureBits;
+}
+}  // namespace
+
+int lock_privileges() {
   // Lock root out of regaining capabilities through exec or setuid games
   // before the power to do so (CAP_SETPCAP) is itself dropped.
-  if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-                                     SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0) {
+  if (::prctl(PR_SET_SECUREBITS, kSecureBits) != 0) {
     // gVisor (runsc) implements no securebits at all: both calls fail with
     // EINVAL. There the emptied bounding set, capset and no_new_privs below
     // still keep root from regaining capabilities through exec; any other failure stops.
     int e = errno;
     if (!(e == EINVAL && ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) < 0 && errno == EINVAL)) return e;
   }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return errno;
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  // Last, so that an empty bounding set means all of the above is done.
   // Capabilities are numbered 0 to the kernel's last without a gap, and one
   // past the last is EINVAL: the first EINVAL ends the list.
   for (int cap = 0; cap <= 63; ++cap) {
@@ -32,11 +47,15 @@ int drop_privileges() {
     if (errno == EINVAL) break;
     return errno;
   }
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return errno;
+  return 0;
+}
+
+int drop_privileges() {
+  if (!privileges_locked())
+    if (int e = lock_privileges()) return e;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2]{};
   if (::syscall(SYS_capset, &hdr, data) != 0) return errno;
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
   return 0;
 }
 

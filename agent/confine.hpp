@@ -5,7 +5,15 @@
 
 namespace sbx::agent {
 
-/// Drops every capability for good and sets no_new_privs. Returns 0 or an errno.
+/// What every command gives up, given up once by the agent for itself at its
+/// start (the processes it forks inherit it): securebits locked so root
+/// regains nothing through exec or setuid, the ambient and bounding sets
+/// emptied, and no_new_privs. The agent keeps its own capabilities, and
+/// execs nothing but commands, through a shim that drops them. Returns 0 or an errno.
+int lock_privileges();
+/// Drops every capability for good: lock_privileges unless the agent already
+/// did (two syscalls check, where it costs ~45, and under gVisor's ptrace
+/// platform each is a round trip to the sentry), then the capability sets. Returns 0 or an errno.
 int drop_privileges();
 /// Installs the seccomp filter (libseccomp) on the calling process. The agent
 /// installs it on itself once at start: every command inherits it, and no

@@ -179,6 +179,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sbx-agent: cannot build the seccomp filter: %s\n", std::strerror(e));
       return 1;
     }
+    if (int e = sbx::agent::lock_privileges()) {
+      std::fprintf(stderr, "sbx-agent: cannot lock the commands' privileges: %s\n", std::strerror(e));
+      return 1;
+    }
   }
   // Made only now, after the filter is in place: a socket that exists means an
   // agent that is confined and about to serve, which the host can wait for.

@@ -254,6 +254,11 @@ def test_no_capabilities_nonewprivs_seccomp(sbx, sandbox, driver):
         assert int(st[key], 16) == 0, f"{key} = {st[key]}"
     assert st["NoNewPrivs"] == "1"
     assert st["Seccomp"] == "2"
+    # Root can regain nothing through exec or setuid, and the bits are locked
+    # (the agent sets them once for every command; prctl 27 = PR_GET_SECUREBITS).
+    need_python(sbx, sandbox)
+    r = sbx.exec(sandbox, "python3", "-c", "import ctypes; print(ctypes.CDLL(None).prctl(27, 0, 0, 0, 0))").ok()
+    assert int(r.out) == 0xEF, f"securebits {int(r.out):#x}"
 
 
 def test_privileged_syscalls_refused(sbx, sandbox):
