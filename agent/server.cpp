@@ -92,7 +92,8 @@ class Server {
 
  private:
   void accept_conn();
-  void add_conn(int fd);
+  /// set_flags: make it non-blocking and close-on-exec (a descriptor handed over, not accepted).
+  void add_conn(int fd, bool set_flags = true);
   void read_conn(Conn& c);
   void handle(Conn& c, proto::Frame& f);
   void start_exec(Conn& c, uint32_t ch, const json& req);
@@ -158,9 +159,11 @@ Exec* Server::exec_on(int conn_fd, uint32_t ch) {
   return nullptr;
 }
 
-void Server::add_conn(int fd) {
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+void Server::add_conn(int fd, bool set_flags) {
+  if (set_flags) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
   auto c = std::make_unique<Conn>();
   c->fd.reset(fd);
   conns_[fd] = std::move(c);
@@ -170,7 +173,7 @@ void Server::accept_conn() {
   for (;;) {
     int fd = ::accept4(opts_.listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
-    add_conn(fd);
+    add_conn(fd, false);  // accept4 set both flags
   }
 }
 

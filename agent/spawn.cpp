@@ -309,8 +309,10 @@ Spawned spawn(const SpawnRequest& req, SpawnFailure& failure) {
     s.pid = -1;
     return s;
   }
+  // F_SETFL sets the status flags only (the access mode stays), and pipe2 and
+  // the terminal's dups set none but O_NONBLOCK would add: no F_GETFL first.
   for (int fd : {s.out.get(), s.err.get(), s.in.get()})
-    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (fd >= 0) ::fcntl(fd, F_SETFL, O_NONBLOCK);
   s.term = std::move(pty.master);
   return s;
 }
