@@ -506,13 +506,14 @@ TEST_CASE("registry: a one-shot record keeps the client it lives for", "[registr
   SandboxRecord plain = reg.create(spec_with("plain"));
   CHECK_FALSE(nlohmann::json(plain).contains("one_shot"));  // nothing for sandboxes that stay
   SandboxRecord rec = reg.create(spec_with("one-shot"));
-  rec.one_shot = {::getpid(), sbx::proc::start_time(::getpid()), sbx::proc::pid_namespace()};
+  rec.one_shot = {::getpid(), sbx::proc::start_time(::getpid()), sbx::proc::pid_namespace(), "python3"};
   reg.save(rec);
   auto back = reg.find(rec.id);
   REQUIRE(back);
   CHECK(back->one_shot.pid == ::getpid());
   CHECK(back->one_shot.start == rec.one_shot.start);
   CHECK(back->one_shot.pid_ns == rec.one_shot.pid_ns);
+  CHECK(back->one_shot.command.empty());  // for the driver that starts it, not saved
   CHECK(reg.find(plain.id)->one_shot.pid == 0);
 }
 
