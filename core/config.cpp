@@ -321,10 +321,9 @@ void set_pool(Config& c, const Resolver& r, const std::vector<std::string>& file
   constexpr uint64_t kMaxPoolSize = 64;
   // A key is a driver's name, or snapshot:NAME (sandboxes started on a snapshot's files).
   auto add = [&](const std::string& driver, const Setting& s) {
-    constexpr std::string_view kSnapshot = "snapshot:";
     bool name_ok = !driver.empty();
-    if (driver.rfind(kSnapshot, 0) == 0) {
-      name_ok = valid_sandbox_name(std::string_view(driver).substr(kSnapshot.size()));
+    if (driver.rfind(kSnapshotPoolPrefix, 0) == 0) {
+      name_ok = valid_sandbox_name(std::string_view(driver).substr(kSnapshotPoolPrefix.size()));
     } else {
       for (char ch : driver) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_');
     }

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/spec.hpp"
@@ -50,6 +51,10 @@ struct ServerConfig {
   FleetConfig fleet;
 };
 
+/// A pool key's start for sandboxes started on a snapshot's files
+/// ("snapshot:NAME", served to `create --from NAME`); any other key is a driver.
+inline constexpr std::string_view kSnapshotPoolPrefix = "snapshot:";
+
 struct Config {
   bool use_remote = true;                 ///< USE_REMOTE_SANDBOX, default true
   std::string remote_backend = "syd";     ///< REMOTE_SANDBOX_BACKEND after normalisation: always "syd"
@@ -81,8 +86,9 @@ struct Config {
 
   ServerConfig server;                    ///< sbx serve's settings
 
-  /// Warm pool: how many started, unclaimed sandboxes to keep per driver
+  /// Warm pool: how many started, unclaimed sandboxes to keep per key
   /// (config `pool: {subprocess: 2}`, env SBX_POOL="subprocess=2,deno=1"); absent = 0.
+  /// A key is a driver's name, or kSnapshotPoolPrefix + a snapshot's name.
   std::map<std::string, uint64_t> pool_sizes;
 
   /// Where each setting came from ("default", "env USE_REMOTE_SANDBOX", "file /etc/sbx/config.yaml",

@@ -1,6 +1,5 @@
 #include "core/pool.hpp"
 
-#include <cstring>
 #include <set>
 
 #include "core/agent_client.hpp"
@@ -42,25 +41,16 @@ void make_workdir(AgentClient& agent, const std::string& workdir) {
 
 SandboxSpec pool_spec(const std::string& key, const Config& cfg, const DriverTable& drivers) {
   SandboxSpec s;
-  std::optional<SnapshotInfo> snap;
   if (snapshot_pool(key)) {
-    snap = SnapshotStore(cfg.state_dir).get(key.substr(std::strlen(kSnapshotPoolPrefix)));
-    s.driver = snap->spec.driver;
+    // What `create --from NAME` asks for (LocalBackend::apply_snapshot).
+    start_on_snapshot(s, SnapshotStore(cfg.state_dir).get(key.substr(kSnapshotPoolPrefix.size())));
   } else {
     s.driver = key;
-  }
-  // The network creates will ask for by default, or no claim would ever fit.
-  if (auto* info = find_driver(drivers, s.driver); info && info->network_jail) s.network = cfg.default_network;
-  if (snap) {
-    // What `create --from NAME` asks for (LocalBackend::apply_snapshot): the snapshot's
-    // image, disk cap and files; a layer is content-addressed, a checkpoint named.
-    s.image = snap->spec.image;
-    s.limits.disk_mb = snap->spec.limits.disk_mb;
-    s.from_snapshot = snap->memory ? snap->name : snap->digest;
-  } else {
     // The image creates get when they name none, resolved as create resolves it.
     s.image = images::resolve("", s.driver, cfg, drivers);
   }
+  // The network creates will ask for by default, or no claim would ever fit.
+  if (auto* info = find_driver(drivers, s.driver); info && info->network_jail) s.network = cfg.default_network;
   s = normalize_spec(s, cfg, drivers);
   // Never collected for idleness or age while pooled; a claim sets the caller's values.
   s.idle_timeout_s = 0;
@@ -132,7 +122,7 @@ bool Pool::usable(const std::string& key, std::string* why) {
     std::string driver = key;
     if (snapshot_pool(key)) {
       try {
-        driver = SnapshotStore(cfg_.state_dir).get(key.substr(std::strlen(kSnapshotPoolPrefix))).spec.driver;
+        driver = SnapshotStore(cfg_.state_dir).get(key.substr(kSnapshotPoolPrefix.size())).spec.driver;
       } catch (const Error& e) {
         why_not = e.what();
       }

@@ -28,10 +28,6 @@ enum class PoolFit {
   set_limits,  ///< serves it once the driver changes the cpu/memory/pids caps
 };
 
-/// A pool's key in `pool:` / SBX_POOL: a driver's name (its default image), or
-/// "snapshot:NAME", sandboxes started from that snapshot's files (`create --from NAME`).
-inline constexpr char kSnapshotPoolPrefix[] = "snapshot:";
-
 /// The spec pooled sandboxes of pool `key` are started with: the configured
 /// defaults (limits, network, host view, /work), on the snapshot's driver, image,
 /// disk and files for a snapshot's pool. Throws like normalize_spec, or not_found
