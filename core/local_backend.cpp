@@ -127,7 +127,7 @@ SandboxRecord LocalBackend::create_for(const SandboxSpec& in, const Progress& pr
   // A name (or none: the default image) becomes the rootfs directory drivers take;
   // a snapshot's files go on top of the image (directory) they were written over.
   if (spec.from_snapshot.empty()) spec.image = images::resolve(in.image, in.driver, cfg_, drivers_);
-  else spec.image = apply_snapshot(spec).spec.image;
+  else apply_snapshot(spec);
   spec = normalize_spec(std::move(spec), cfg_, drivers_);
   SandboxRecord probe_rec;
   probe_rec.spec = spec;

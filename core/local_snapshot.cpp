@@ -124,12 +124,7 @@ SnapshotInfo LocalBackend::apply_snapshot(SandboxSpec& spec) {
     throw Error(Errc::invalid_argument, "snapshot " + snap.name + " was taken on the " + snap.spec.driver +
                                             " driver, not " + spec.driver)
         .set_hint("leave --driver out: a sandbox from a snapshot runs on the snapshot's driver");
-  spec.driver = snap.spec.driver;
-  // Its files sit on top of the image they were written over, in a layer of the snapshot's size.
-  spec.limits.disk_mb = snap.spec.limits.disk_mb;
-  // A layer is content-addressed, so its digest names it; a checkpoint is only under its name
-  // (a files-only snapshot of the same files has the same digest).
-  spec.from_snapshot = snap.memory ? snap.name : snap.digest;
+  start_on_snapshot(spec, snap);
   return snap;
 }
 

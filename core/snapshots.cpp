@@ -36,6 +36,13 @@ void from_json(const json& j, SnapshotInfo& s) {
   s.memory_bytes = j.value("memory_bytes", uint64_t{0});
 }
 
+void start_on_snapshot(SandboxSpec& spec, const SnapshotInfo& snap) {
+  spec.driver = snap.spec.driver;
+  spec.image = snap.spec.image;
+  spec.limits.disk_mb = snap.spec.limits.disk_mb;
+  spec.from_snapshot = snap.memory ? snap.name : snap.digest;
+}
+
 void check_snapshot_name(const std::string& name) {
   if (!valid_sandbox_name(name))
     throw Error(Errc::invalid_argument, "invalid snapshot name '" + name.substr(0, 80) + "'")

@@ -62,6 +62,12 @@ class SnapshotStore {
 /// the moment it ends). Reads only: gc must work on a full or read-only state root.
 std::vector<std::string> stale_snapshot_copies(const std::string& state_root, int64_t now_ms, int64_t grace_ms);
 
+/// What a sandbox started on `snap`'s files runs with (`create --from`, and a
+/// snapshot's warm pool): the snapshot's driver and image (its files sit on top
+/// of that image), a layer of its disk size, and the snapshot by the name its
+/// files go by (a layer is content-addressed: its digest; a checkpoint: its name).
+void start_on_snapshot(SandboxSpec& spec, const SnapshotInfo& snap);
+
 /// Throws invalid_argument unless `name` can name a snapshot (the sandbox name rule).
 void check_snapshot_name(const std::string& name);
 
