@@ -100,6 +100,10 @@ void kill_all(pid_t root, bool spare_root) {
       found_new = true;
     }
   }
+  // A leftover scan that found no member: nobody is left who could have
+  // forked one since, so a second scan would only find nobody again. Under
+  // gVisor the shim cannot be a subreaper, so every exec ends with a scan.
+  if (spare_root && stopped.empty()) return;
   // Then kill, and again until a scan finds nobody alive (SIGKILL lands at
   // once on a stopped process, but a straggler may have forked meanwhile).
   for (int round = 0;; ++round) {
