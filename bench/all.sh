@@ -101,6 +101,9 @@ for path, key, peer, pkey, unit, target, ok in ROWS:
         cells += [fmt(b, unit), "-" if b is None or not bp or not ratio_target(target) else f"{b / bp:.2f}x"]
     print("| " + " | ".join(cells) + " |")
 print(f"\n{misses} of {len(ROWS)} rows miss their target.")
+if now.get("warm.floor") and now.get("warm.crun"):
+    print(f"warm exec floor (bench/exec_floor.c: start, connect, fork+exec+wait, nothing else): "
+          f"{now['warm.floor']:.2f} ms = {now['warm.floor'] / now['warm.crun']:.2f}x `crun exec`")
 for note in sys.argv[3:]:
     print(f"n/a: {note}")
 PY

@@ -2,6 +2,8 @@
 # Side by side, in one run:
 #   one-shot  `sbx exec --rm -- /bin/true`   vs  bwrap with all namespaces  (target: <= 1.0x)
 #   warm      `sbx exec ID -- /bin/true`     vs  `crun exec` into a running container (target: <= 0.4x)
+#   and the warm exec's floor on this host: bench/exec_floor.c, a client that
+#   asks a waiting server to fork, exec and wait /bin/true, with no isolation
 # Prints each median and the ratios. Needs root; installs bubblewrap, crun,
 # hyperfine and busybox-static from Debian if missing.
 set -euo pipefail
@@ -34,6 +36,12 @@ run "bwrap --unshare-all" "$work/oneshot-bwrap.json" \
 echo "== warm exec into a running sandbox/container ($RUNS runs)"
 id=$("$SBX" --state-dir "$state" create --driver subprocess)
 run "sbx exec ID (subprocess)" "$work/warm-sbx.json" "$SBX --state-dir $state exec $id -- /bin/true"
+cc -O2 -Wall -o "$work/exec_floor" bench/exec_floor.c
+"$work/exec_floor" serve "$work/floor.sock" &
+floor_server=$!
+for _ in $(seq 50); do [[ -S $work/floor.sock ]] && break; sleep 0.05; done
+run "floor: exec_floor client" "$work/warm-floor.json" "$work/exec_floor $work/floor.sock"
+kill "$floor_server"
 
 # crun: a busybox rootfs; crun does not cope with this host's hybrid cgroup
 # layout, so it runs in a mount namespace with the v2 mount hidden.
@@ -56,7 +64,7 @@ unshare -m bash -c "
   crun kill bench-$$ KILL; sleep 0.2; crun delete -f bench-$$
 "
 printf '%-34s %8.2f ms\n' "crun exec" "$(median_ms "$work/warm-crun.json")"
-for f in oneshot-sbx oneshot-bwrap warm-sbx warm-crun; do figure "${f/-/.}" "$(median_ms "$work/$f.json")"; done
+for f in oneshot-sbx oneshot-bwrap warm-sbx warm-crun warm-floor; do figure "${f/-/.}" "$(median_ms "$work/$f.json")"; done
 
 python3 - "$work" <<'PY'
 import json, sys
@@ -66,4 +74,5 @@ one = m("oneshot-sbx") / m("oneshot-bwrap")
 warm = m("warm-sbx") / m("warm-crun")
 print(f"\none-shot ratio sbx/bwrap     = {one:.2f}x  (target <= 1.00x) {'PASS' if one <= 1.0 else 'MISS'}")
 print(f"warm exec ratio sbx/crun exec = {warm:.2f}x  (target <= 0.40x) {'PASS' if warm <= 0.4 else 'MISS'}")
+print(f"warm exec floor/crun exec     = {m('warm-floor') / m('warm-crun'):.2f}x  (no isolation, no protocol)")
 PY
