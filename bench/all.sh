@@ -104,6 +104,9 @@ print(f"\n{misses} of {len(ROWS)} rows miss their target.")
 if now.get("warm.floor") and now.get("warm.crun"):
     print(f"warm exec floor (bench/exec_floor.c: start, connect, fork+exec+wait, nothing else): "
           f"{now['warm.floor']:.2f} ms = {now['warm.floor'] / now['warm.crun']:.2f}x `crun exec`")
+if now.get("manager.rps8_all"):
+    print(f"manager at 8 clients on a sandbox whose CPU cap is every core (the row's has 1 CPU): "
+          f"{now['manager.rps8_all']:.0f}/s, p99 {now['manager.p99_8_all']:.1f} ms")
 for note in sys.argv[3:]:
     print(f"n/a: {note}")
 PY

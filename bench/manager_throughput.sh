@@ -2,7 +2,9 @@
 # The manager under load, side by side in one run:
 #   exec throughput and latency through `sbx serve` (subprocess driver) at
 #   CLIENTS (default 1, 8 and 64) concurrent clients, with wrk
-#   (targets at 8 clients: >= 1500 exec/s, p99 <= 20 ms), beside the host's
+#   (targets at 8 clients: >= 1500 exec/s, p99 <= 20 ms), and 8 clients again
+#   on a sandbox whose CPU cap is every core (the default cap, one CPU, bounds
+#   what one sandbox's commands can fork and exec), beside the host's
 #   floor for any exec service: fork+exec+wait of /bin/true per second, one
 #   shell loop per core (an exec through sbx is two forks, an exec, the agent
 #   and HTTP on top of that)
@@ -34,7 +36,11 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 50); do curl -fs -H "X-API-Key: $key" "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
 url="http://127.0.0.1:$port"
-id=$(curl -fs -H "X-API-Key: $key" -X POST -d '{"persistent": true}' "$url/v1/sandboxes" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+create() { # BODY: a sandbox's id
+  curl -fs -H "X-API-Key: $key" -X POST -d "$1" "$url/v1/sandboxes" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+}
+id=$(create '{"persistent": true}')
+id_all=$(create "{\"persistent\": true, \"limits\": {\"cpus\": $(nproc)}}")
 
 cat >"$work/exec.lua" <<LUA
 wrk.method = "POST"
@@ -42,12 +48,11 @@ wrk.body = '{"cmd": ["/bin/true"]}'
 wrk.headers["X-API-Key"] = "$key"
 wrk.headers["Content-Type"] = "application/json"
 LUA
-echo "== exec /bin/true through the manager ($DURATION each; 'wrk -c N')"
-printf '%-8s %10s %9s %9s %9s\n' clients "exec/s" p50 p90 p99
-for c in $CLIENTS; do
-  threads=$((c < 2 ? 1 : 2))
-  wrk -t$threads -c$c -d"$DURATION" --latency -s "$work/exec.lua" "$url/v1/sandboxes/$id/exec" >"$work/wrk-$c.txt" 2>&1
-  python3 - "$work/wrk-$c.txt" "$c" <<'PY'
+# wrk_row SANDBOX CLIENTS LABEL: one row of the table; its sums go to wrk-LABEL.txt.sum.
+wrk_row() {
+  local c=$2 threads=$(($2 < 2 ? 1 : 2))
+  wrk -t$threads -c$c -d"$DURATION" --latency -s "$work/exec.lua" "$url/v1/sandboxes/$1/exec" >"$work/wrk-$3.txt" 2>&1
+  python3 - "$work/wrk-$3.txt" "$3" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
 def lat(p):
@@ -62,7 +67,12 @@ rps = rps * (total - errors) / max(total, 1)  # only answered execs count
 print(f"{sys.argv[2]:<8} {rps:10.1f} {lat(50):7.2f}ms {lat(90):7.2f}ms {lat(99):7.2f}ms" + (f"  ({errors} errors)" if errors else ""))
 open(sys.argv[1] + ".sum", "w").write(f"{rps} {lat(99)}\n")
 PY
-done
+}
+echo "== exec /bin/true through the manager ($DURATION each; 'wrk -c N')"
+printf '%-8s %10s %9s %9s %9s\n' clients "exec/s" p50 p90 p99
+for c in $CLIENTS; do wrk_row "$id" "$c" "$c"; done
+wrk_row "$id_all" 8 "8-all"
+echo "(8-all: 8 clients on a sandbox whose CPU cap is all $(nproc) cores; the rows above have the default cap, 1 CPU)"
 
 loops=$(nproc)
 t0=$(date +%s%N)
@@ -86,11 +96,16 @@ w = sys.argv[1]
 r = json.load(open(f"{w}/fwd.json"))["results"]
 local, fwd = r[0]["median"] * 1000, r[1]["median"] * 1000
 rps8, p99_8 = map(float, open(f"{w}/wrk-8.txt.sum").read().split())
+rps8_all, p99_8_all = map(float, open(f"{w}/wrk-8-all.txt.sum").read().split())
 print(f"local exec {local:.2f} ms, forwarded exec {fwd:.2f} ms (medians)")
 print(f"\nthroughput at 8 clients = {rps8:.0f} exec/s  (target >= 1500) {'PASS' if rps8 >= 1500 else 'MISS'}")
 print(f"p99 at 8 clients        = {p99_8:.2f} ms   (target <= 20 ms) {'PASS' if p99_8 <= 20 else 'MISS'}")
+print(f"  the same, sandbox capped at every core: {rps8_all:.0f} exec/s, p99 {p99_8_all:.2f} ms")
 print(f"forwarding overhead     = {fwd - local:.2f} ms   (target <= 2 ms) {'PASS' if fwd - local <= 2 else 'MISS'}")
 PY
 read -r rps8 p99_8 <"$work/wrk-8.txt.sum"
 figure manager.rps8 "$rps8"
 figure manager.p99_8 "$p99_8"
+read -r rps8_all p99_8_all <"$work/wrk-8-all.txt.sum"
+figure manager.rps8_all "$rps8_all"
+figure manager.p99_8_all "$p99_8_all"
