@@ -11,11 +11,13 @@ cd "$(dirname "$0")/.."
 source bench/common.sh
 RUNS=${RUNS:-200}
 need_sbx
-need_pkgs bubblewrap crun hyperfine busybox-static
+need_pkgs bubblewrap crun hyperfine busybox-static gcc
 
 work=$(mktemp -d /tmp/sbx-bench.XXXXXX)
 state="$work/state"
+floor_server=
 cleanup() {
+  [[ -z $floor_server ]] || kill "$floor_server" 2>/dev/null || true
   "$SBX" --state-dir "$state" rm --all >/dev/null 2>&1 || true
   unshare -m sh -c "umount /sys/fs/cgroup/unified 2>/dev/null; crun kill bench-$$ KILL; crun delete -f bench-$$" >/dev/null 2>&1 || true
   rm -rf "$work"
@@ -42,6 +44,7 @@ floor_server=$!
 for _ in $(seq 50); do [[ -S $work/floor.sock ]] && break; sleep 0.05; done
 run "floor: exec_floor client" "$work/warm-floor.json" "$work/exec_floor $work/floor.sock"
 kill "$floor_server"
+floor_server=
 
 # crun: a busybox rootfs; crun does not cope with this host's hybrid cgroup
 # layout, so it runs in a mount namespace with the v2 mount hidden.
