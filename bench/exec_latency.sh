@@ -5,7 +5,7 @@
 #   and the warm exec's floor on this host: bench/exec_floor.c, a client that
 #   asks a waiting server to fork, exec and wait /bin/true, with no isolation
 # Prints each median and the ratios. Needs root; installs bubblewrap, crun,
-# hyperfine and busybox-static from Debian if missing.
+# hyperfine, busybox-static and gcc (for exec_floor.c) from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
