@@ -56,9 +56,7 @@ WORLD_SERVER = textwrap.dedent(f"""
     control = sys.argv[1]
     def encode(name):
         return b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\\0"
-    def tcp():
-        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", {WORLD_PORT})); s.listen(64)
+    def tcp(s):
         while True:
             c, _ = s.accept()
             try: c.sendall(b"hello " + c.getsockname()[0].encode())
@@ -74,8 +72,7 @@ WORLD_SERVER = textwrap.dedent(f"""
         elif NAMES.get(name):
             out.append((name, 1, 30, socket.inet_aton(NAMES[name])))
         return out
-    def dns():
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("{WORLD_DNS}", 53))
+    def dns(s):
         while True:
             q, peer = s.recvfrom(512)
             i, labels = 12, []
@@ -94,9 +91,13 @@ WORLD_SERVER = textwrap.dedent(f"""
             flags = 0x8180 if known else 0x8183
             head = q[:2] + struct.pack("!HHHHH", flags, 1, count, 0, 0)
             s.sendto(head + question + answer, peer)
-    threading.Thread(target=dns, daemon=True).start()
+    # Both bound before "ready": the host connects as soon as it reads it.
+    resolver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); resolver.bind(("{WORLD_DNS}", 53))
+    threading.Thread(target=dns, args=(resolver,), daemon=True).start()
+    listener = socket.socket(); listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", {WORLD_PORT})); listener.listen(64)
     print("ready", flush=True)
-    tcp()
+    tcp(listener)
 """)
 
 # Runs inside a sandbox: tries every target at once, prints {target: "open <reply>" | "closed <why>"}.
