@@ -52,6 +52,12 @@ try {
 // Interpreters that fit the memory cap beside the agent (the driver works it out).
 const maxPython = Math.max(1, Number(args.pythons) || 1);
 const pyPool = new PyPool(args.pyodide!, snapshot, store, maxPython, () => restartProcess());
+// --load-python (a Python one-shot's sandbox): at once, before any exec, and
+// before the rest of the agent is set up (the Worker loads on its own thread).
+// The host boots such a sandbox without its CPU cap and sets the cap when
+// ping says the load has settled (loaded or failed), before its one exec.
+let pythonSettled = false;
+if (args["load-python"]) void pyPool.warm().finally(() => pythonSettled = true);
 const jsPool = new JsPool(store, () => restartProcess());
 const conns = new Set<Conn>();
 let restarting = false;
@@ -487,9 +493,4 @@ const warmPythonWhenIdle = () => {
   void pyPool.warm();
 };
 if (args["warm-python"]) warmPythonWhenIdle();
-// --load-python (a Python one-shot's sandbox): at once, before any exec. The
-// host boots such a sandbox without its CPU cap and sets the cap when ping
-// says the load has settled (loaded or failed), before its one exec.
-let pythonSettled = false;
-if (args["load-python"]) void pyPool.warm().finally(() => pythonSettled = true);
 for await (const conn of listener) new Conn(conn).serve();

@@ -129,7 +129,7 @@ async function init(m: Init) {
   refuseListening();
   py.globals.set("__sbx_explain", (message: string, stack: string) =>
     explainPermission(message, stack, otherDrivers) ?? refused.splice(0).pop() ?? null);
-  py.runPython(RUNNER);
+  if (!py.globals.has("__sbx_run")) py.runPython(RUNNER);  // the snapshot has it
   fs.attach(py.FS);
   post({ op: "ready" });
 }

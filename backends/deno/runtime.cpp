@@ -115,7 +115,8 @@ Runtime find_runtime() {
 std::string ensure_snapshot(const Runtime& rt, const std::string& cache_dir, std::string* why) {
   // Named after what it was made from: a new deno or pyodide makes a new one.
   std::string name = "pyodide-" + std::to_string(mtime_of(rt.pyodide + "pyodide.asm.wasm")) + "-" +
-                     std::to_string(mtime_of(rt.deno)) + "-" + fnv_hex(read_file(rt.agent + "/snapshot.ts")) + ".snap";
+                     std::to_string(mtime_of(rt.deno)) + "-" +
+                     fnv_hex(read_file(rt.agent + "/snapshot.ts") + '\0' + read_file(rt.agent + "/py_runner.ts")) + ".snap";
   std::string path = cache_dir + "/" + name;
   if (path_exists(path)) return path;
   make_dirs(cache_dir, 0755);
