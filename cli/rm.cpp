@@ -1,7 +1,9 @@
 // sbx rm: destroy sandboxes and free what they held.
 #include <cstdio>
 
+#include "backends/drivers.hpp"
 #include "cli/common.hpp"
+#include "core/local_backend.hpp"
 
 namespace sbx::cli {
 
@@ -19,9 +21,14 @@ void register_rm(CLI::App& app, Globals& g, Outcome& out) {
     if (st->ids.empty() && !st->all) throw Error(Errc::usage, "no sandbox named").set_hint("sbx rm ID [ID...] or sbx rm --all");
     Config cfg = load_config(g);
     std::vector<std::string> ids = st->ids;
-    if (st->all)
+    // Held to the end: no warm-pool refill (a one-shot's, just returned) starts
+    // a spare after the listing, so --all leaves nothing.
+    Fd pool_turn;
+    if (st->all) {
+      pool_turn = LocalBackend(cfg, builtin_drivers()).settle_pool();
       for (auto& b : all_backends(cfg))
         for (auto& r : b->list()) ids.push_back(r.id);
+    }
     int failures = 0;
     for (auto id : ids) {
       try {

@@ -385,12 +385,23 @@ bool LocalBackend::alive(const SandboxRecord& rec) {
   return info && info->make(cfg_)->alive(rec);
 }
 
-PoolFillReport LocalBackend::fill_pool() {
-  return pool_.fill([this](const SandboxSpec& spec) {
-    SandboxRecord probe_rec;
-    probe_rec.spec = spec;
-    return start_new(spec, *driver_for(probe_rec), nullptr, true);
-  });
+PoolFillReport LocalBackend::fill_pool(Fd turn) {
+  return pool_.fill(
+      [this](const SandboxSpec& spec) {
+        SandboxRecord probe_rec;
+        probe_rec.spec = spec;
+        return start_new(spec, *driver_for(probe_rec), nullptr, true);
+      },
+      std::move(turn));
+}
+
+Fd LocalBackend::settle_pool() {
+  // A one-shot's detached removal takes the pool's turn before its record goes
+  // and refills under it (remove_in_background). So: wait for each one-shot
+  // record's lock (its removal holds it), then for the turn.
+  for (auto& rec : registry_.list())
+    if (rec.one_shot.pid != 0) registry_.lock_if_present(rec.id, false);
+  return pool_.take_turn();
 }
 
 std::vector<PoolStatus> LocalBackend::pool_status() {
@@ -398,6 +409,7 @@ std::vector<PoolStatus> LocalBackend::pool_status() {
 }
 
 std::vector<std::string> LocalBackend::drain_pool(const std::string& driver) {
+  Fd turn = settle_pool();
   std::vector<std::string> out;
   for (auto& rec : registry_.list()) {
     if (rec.state != SandboxState::pooled || (!driver.empty() && rec.spec.driver != driver)) continue;

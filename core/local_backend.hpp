@@ -47,8 +47,13 @@ class LocalBackend : public Backend {
   /// The registry, for callers that inspect state directly (tests, doctor).
   Registry& registry() { return registry_; }
 
-  /// Starts pooled sandboxes until each driver's pool has its configured size.
-  PoolFillReport fill_pool();
+  /// Starts pooled sandboxes until each driver's pool has its configured size;
+  /// `turn`: the pool's turn, when the caller holds it (settle_pool).
+  PoolFillReport fill_pool(Fd turn = {});
+  /// Waits for the refills that one-shots' detached removals have in flight,
+  /// then returns the pool's turn: while it is held no fill starts a spare, so
+  /// a drain or `rm --all` under it leaves nothing.
+  Fd settle_pool();
   /// Each driver's pool.
   std::vector<PoolStatus> pool_status();
   /// Destroys the pooled (unclaimed) sandboxes of `driver` (all drivers when

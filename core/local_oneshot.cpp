@@ -79,17 +79,27 @@ bool LocalBackend::remove_in_background(const SandboxRecord& rec) {
   pid_t pid = ::fork();
   if (pid != 0) return pid > 0;  // this copy of the lock closes; the child's holds it
   let_go_of_the_caller();
+  // With no manager to refill a warm pool, the next one-shot of a loop would
+  // start cold: top it up here, off the caller's path (no-op when it is full).
+  // The pool's turn is taken while the record still exists, so a drain that
+  // no longer finds the record finds the refill under way (settle_pool).
+  Fd turn;
+  if (!cfg_.pool_sizes.empty()) {
+    try {
+      turn = pool_.take_turn();
+    } catch (...) {
+      // No refill then; the next `sbx pool fill` or create reports why.
+    }
+  }
   try {
     destroy_locked(registry_.get(rec.id));
   } catch (...) {
     // What stays is gc's: the record names the one-shot's client, which has exited.
   }
   guard.reset();
-  // With no manager to refill a warm pool, the next one-shot of a loop would
-  // start cold: top it up here, off the caller's path (no-op when it is full).
-  if (!cfg_.pool_sizes.empty()) {
+  if (turn) {
     try {
-      fill_pool();
+      fill_pool(std::move(turn));
     } catch (...) {
       // The next `sbx pool fill` or create reports what keeps it from filling.
     }

@@ -241,9 +241,11 @@ std::map<std::string, std::string> Pool::unwanted(const std::vector<SandboxRecor
   return out;
 }
 
-PoolFillReport Pool::fill(const PoolStarter& start) {
+Fd Pool::take_turn() { return lock_file(registry_.root() + "/pool.lock"); }
+
+PoolFillReport Pool::fill(const PoolStarter& start, Fd turn) {
   PoolFillReport report;
-  Fd turn = lock_file(registry_.root() + "/pool.lock");
+  if (!turn) turn = take_turn();
   auto recs = registry_.list();
   auto drop = unwanted(recs);
   int64_t now = now_ms();

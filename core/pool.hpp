@@ -71,8 +71,12 @@ class Pool {
   /// unanswering pooled sandboxes met on the way are destroyed, never handed out.
   std::optional<SandboxRecord> claim(const SandboxSpec& want, Driver& driver);
   /// Starts sandboxes until each driver has its configured number ready.
-  /// Fillers take turns (a lock on the state root), so two never overshoot.
-  PoolFillReport fill(const PoolStarter& start);
+  /// Fillers take turns (take_turn), so two never overshoot; `turn` is one
+  /// the caller already holds (empty: fill takes its own).
+  PoolFillReport fill(const PoolStarter& start, Fd turn = {});
+  /// The pool's turn: a lock on the state root that fillers and drains take,
+  /// held while the returned Fd is open.
+  Fd take_turn();
   /// The pooled records of `recs` (a registry listing, oldest first) to remove
   /// and why: dead, driver unusable, started with other settings, surplus over the size.
   std::map<std::string, std::string> unwanted(const std::vector<SandboxRecord>& recs);

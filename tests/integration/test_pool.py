@@ -221,6 +221,22 @@ def test_one_shots_refill_the_pool_without_a_manager(clients):
         (spare,) = ids
 
 
+@pytest.mark.parametrize("clear", [["pool", "drain"], ["rm", "--all"]], ids=["drain", "rm-all"])
+def test_drain_and_rm_all_right_after_a_one_shot_leave_nothing(clients, clear):
+    # A one-shot's detached removal refills the pool. A drain or `rm --all` run
+    # the moment the one-shot returns waits for that refill rather than miss
+    # the spare it starts (before: a spare was left every time, and a script
+    # that then deleted its state directory leaked a running sandbox).
+    c = clients.new({"SBX_POOL": "subprocess=1"}, label="pool-oneshot-clear")
+    fill(c, 1)
+    for _ in range(3):
+        assert c.run("exec", "--rm", "--", "true").rc == 0
+        c.run(*clear).ok()
+        time.sleep(1)  # a refill still in flight starts its spare well within this
+        assert c.ls() == [] and pooled(c) == [] and status(c)["subprocess"]["ready"] == 0
+        c.run("pool", "fill").ok()
+
+
 @pytest.mark.only_drivers("subprocess", "runsc")
 def test_a_snapshot_pool_serves_create_from_with_the_snapshots_files(clients, driver):
     # Before: a create --from never took a pooled sandbox, so a fork started cold and copied the layer.
