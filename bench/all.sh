@@ -107,6 +107,8 @@ if now.get("warm.floor") and now.get("warm.crun"):
 if now.get("manager.rps8_all"):
     print(f"manager at 8 clients on a sandbox whose CPU cap is every core (the row's has 1 CPU): "
           f"{now['manager.rps8_all']:.0f}/s, p99 {now['manager.p99_8_all']:.1f} ms")
+if now.get("deno.py_pooled"):
+    print(f"deno Python one-shot with a warm pool (SBX_POOL=deno=1, 3 s between calls): {now['deno.py_pooled']:.0f} ms")
 for note in sys.argv[3:]:
     print(f"n/a: {note}")
 PY
