@@ -5,7 +5,7 @@
 //
 // Usage: deno run ... agent.ts --socket PATH --store PATH --pyodide DIR
 //        [--snapshot FILE] [--workdir /work] [--other-drivers "subprocess, runsc"]
-//        [--max-output BYTES] [--pythons N] [--warm-python | --load-python]
+//        [--max-output BYTES] [--pythons N] [--warm-python | --load-python | --exit-when-warm]
 import { parseArgs } from "node:util";
 import { Decoder, encode, HEADER, encodeError, encodeJson, type Frame, chunks, parseJson, ProtoError, T, VERSION } from "./protocol.ts";
 import { cleanPath, type Entry, Store } from "./store.ts";
@@ -30,6 +30,7 @@ const { values: args } = parseArgs({
     pythons: { type: "string", default: "1" },
     "warm-python": { type: "boolean", default: false },
     "load-python": { type: "boolean", default: false },
+    "exit-when-warm": { type: "boolean", default: false },
   },
 });
 if (!args.socket || !args.store || !args.pyodide) {
@@ -493,4 +494,10 @@ const warmPythonWhenIdle = () => {
   void pyPool.warm();
 };
 if (args["warm-python"]) warmPythonWhenIdle();
+// --exit-when-warm: the host's warm-up run (backends/deno/runtime.cpp), whose
+// DENO_DIR then holds V8's compiled code of the agent, its Workers and
+// Pyodide's JavaScript, for every sandbox's own DENO_DIR to start from.
+if (args["exit-when-warm"]) {
+  void Promise.all([pyPool.warm(), jsPool.booted()]).then(() => Deno.exit(0));
+}
 for await (const conn of listener) new Conn(conn).serve();

@@ -33,6 +33,21 @@ export class JsPool {
     this.spare ??= startJsWorker();
   }
 
+  /// Resolves once the spare has booted (it answers).
+  booted(): Promise<void> {
+    this.warm();
+    const w = this.spare!;
+    return new Promise((resolve) => {
+      const answered = (e: MessageEvent) => {
+        if (e.data?.op !== "alive") return;
+        w.removeEventListener("message", answered);
+        resolve();
+      };
+      w.addEventListener("message", answered);
+      w.postMessage({ op: "alive?" });
+    });
+  }
+
   async run(plan: ExecPlan, env: Record<string, string>, cwd: string, io: RunIO): Promise<number> {
     const w = this.spare ?? startJsWorker();
     this.spare = null;

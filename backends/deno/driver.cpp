@@ -249,21 +249,27 @@ class DenoDriver : public Driver {
     // Its own writable DENO_DIR (a shared read-only one was measured to add
     // ~150 ms to the first exec: each failed cache write costs), whose
     // transpiled agent is the host's shared copy (~150 ms less per start).
-    const std::string transpiled = ensure_transpiled(Runtime{rt.home, rt.deno, rt.pyodide, agent, rt.version}, cache, &why);
+    const std::string v8_flags =
+        "--max-old-space-size=" + std::to_string(heap_mb) + ",--wasm-max-mem-pages=" + std::to_string(wasm_pages);
+    const Runtime staged{rt.home, rt.deno, rt.pyodide, agent, rt.version};
+    const std::string deno_dir = p.state + "/cache";
+    make_dirs(deno_dir, 0700);
+    if (root && ::chown(deno_dir.c_str(), p.uid, p.uid) != 0) throw sys_error("chown " + deno_dir, errno);
+    const std::string transpiled = ensure_transpiled(staged, cache, &why);
     if (!transpiled.empty()) {
-      const std::string gen = p.state + "/cache/gen";
+      const std::string gen = deno_dir + "/gen";
       make_dirs(gen, 0700);
       if (::symlink(transpiled.c_str(), (gen + "/file").c_str()) != 0) throw sys_error("linking " + gen + "/file", errno);
-      if (root)
-        for (const std::string& d : {p.state + "/cache", gen})
-          if (::chown(d.c_str(), p.uid, p.uid) != 0) throw sys_error("chown " + d, errno);
+      if (root && ::chown(gen.c_str(), p.uid, p.uid) != 0) throw sys_error("chown " + gen, errno);
     }
+    const std::string compiled = ensure_code_cache(staged, cache, snapshot, v8_flags, &why);
+    if (!compiled.empty()) seed_code_cache(compiled, deno_dir, p.uid);
     std::string read = "--allow-read=" + rt.pyodide + "," + agent + "," + seen;
     if (!snapshot.empty()) read += "," + snapshot;
     p.exe = rt.deno;
     p.title.emplace(sandbox_process_title(rec));
     p.argv = {sandbox_process_title(rec), "run", "--quiet", "--no-prompt", "--no-config", "--no-npm", "--no-remote",
-              "--unstable-worker-options", "--v8-flags=--max-old-space-size=" + std::to_string(heap_mb) + ",--wasm-max-mem-pages=" + std::to_string(wasm_pages), read,
+              "--unstable-worker-options", "--v8-flags=" + v8_flags, read,
               "--allow-write=" + seen, "--allow-net=unix:" + seen + "/agent.sock", agent + "/agent.ts",
               "--socket", seen + "/agent.sock", "--store", seen + "/store.db", "--pyodide", rt.pyodide,
               "--workdir", rec.spec.workdir, "--other-drivers", other_drivers(),

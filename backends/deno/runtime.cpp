@@ -1,6 +1,7 @@
 #include "backends/deno/runtime.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -159,6 +160,63 @@ std::string ensure_transpiled(const Runtime& rt, const std::string& cache_dir, s
   make_tree_readable(tmp);
   if (::rename(tmp.c_str(), dir.c_str()) != 0) throw sys_error("installing the transpiled agent in " + dir, errno);
   return path;
+}
+
+std::string ensure_code_cache(const Runtime& rt, const std::string& cache_dir, const std::string& snapshot,
+                              const std::string& v8_flags, std::string* why) {
+  std::string dir = cache_dir + "/v8-" + fnv_hex(rt.agent + '\0' + snapshot + '\0' + v8_flags + '\0' +
+                                                 std::to_string(mtime_of(rt.deno)));
+  if (path_exists(dir)) return dir;
+  make_dirs(cache_dir, 0755);
+  Fd lock = lock_file(cache_dir + "/.v8.lock");
+  if (path_exists(dir)) return dir;
+  // The run's DENO_DIR becomes the cache; its socket and store go beside it.
+  const std::string tmp = dir + ".tmp", run = dir + ".run";
+  for (const std::string& d : {tmp, run}) {
+    remove_tree(d);
+    make_dirs(d, 0755);
+  }
+  std::string read = "--allow-read=" + rt.pyodide + "," + rt.agent + "," + run;
+  if (!snapshot.empty()) read += "," + snapshot;
+  std::vector<std::string> argv = {"/usr/bin/env", "DENO_DIR=" + tmp, "HOME=" + run, "NO_COLOR=1",
+                                   "DENO_NO_UPDATE_CHECK=1", rt.deno, "run", "--quiet", "--no-prompt", "--no-config",
+                                   "--no-npm", "--no-remote", "--unstable-worker-options", "--v8-flags=" + v8_flags,
+                                   read, "--allow-write=" + run, "--allow-net=unix:" + run + "/agent.sock",
+                                   rt.agent + "/agent.ts", "--socket", run + "/agent.sock", "--store",
+                                   run + "/store.db", "--pyodide", rt.pyodide, "--exit-when-warm"};
+  if (!snapshot.empty()) argv.insert(argv.end(), {"--snapshot", snapshot});
+  proc::RunOptions opts;
+  opts.timeout_ms = 60'000;
+  auto r = proc::run(argv, opts);
+  remove_tree(run);
+  if (r.status != 0) {
+    if (why) *why = "warming the deno agent's code cache failed (exit " + std::to_string(r.status) + "): " + r.output;
+    remove_tree(tmp);
+    return "";
+  }
+  make_tree_readable(tmp);
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) throw sys_error("installing the code cache in " + dir, errno);
+  return dir;
+}
+
+void seed_code_cache(const std::string& from, const std::string& to, uid_t uid) {
+  DIR* d = ::opendir(from.c_str());
+  if (!d) throw sys_error("opening " + from, errno);
+  std::vector<std::string> names;
+  while (auto* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    // SQLite files and their write-ahead logs; the shared-memory index is rebuilt from the log.
+    if (e->d_type == DT_REG && !(n.size() > 4 && n.compare(n.size() - 4, 4, "-shm") == 0)) names.push_back(n);
+  }
+  ::closedir(d);
+  for (auto& n : names) {
+    std::string data = read_file(from + "/" + n);
+    const std::string path = to + "/" + n;
+    Fd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!out) throw sys_error("creating " + path, errno);
+    write_all(out.get(), data);
+    if (::geteuid() == 0 && ::fchown(out.get(), uid, uid) != 0) throw sys_error("chown " + path, errno);
+  }
 }
 
 std::string cache_dir() {

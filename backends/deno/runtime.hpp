@@ -4,6 +4,8 @@
 // Pyodide memory snapshot that cuts an interpreter's start from ~2 s to ~0.2 s.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 
 namespace sbx::deno {
@@ -32,6 +34,20 @@ std::string ensure_snapshot(const Runtime& rt, const std::string& cache_dir, std
 /// by none, so a new agent starts without transpiling its TypeScript. Returns
 /// "" when it cannot be made; the agent then transpiles for itself.
 std::string ensure_transpiled(const Runtime& rt, const std::string& cache_dir, std::string* why = nullptr);
+
+/// V8's compiled code of the agent, its Workers and Pyodide's JavaScript,
+/// made once per host, agent, snapshot and V8 flag set by a warm-up run of the
+/// agent on the host (`--exit-when-warm`, Python loaded): a directory of
+/// DENO_DIR cache files that seed_code_cache copies into each sandbox's own
+/// DENO_DIR, so that its agent compiles none of it again (~200 ms of a Python
+/// one-shot). V8 refuses code made under other flags (the wasm memory cap
+/// among them), hence one per flag set. Returns "" when it cannot be made.
+std::string ensure_code_cache(const Runtime& rt, const std::string& cache_dir, const std::string& snapshot,
+                              const std::string& v8_flags, std::string* why = nullptr);
+
+/// Copies the cache files of ensure_code_cache's `from` into the DENO_DIR
+/// `to`, owned by `uid`: a copy, since each sandbox's agent writes its own.
+void seed_code_cache(const std::string& from, const std::string& to, uid_t uid);
 
 /// The per-host cache: $SBX_DENO_CACHE, else /var/cache/sbx/deno (root) or
 /// ~/.cache/sbx/deno. World-readable, written only by whoever runs sbx.
