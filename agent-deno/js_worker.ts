@@ -10,6 +10,11 @@ import { OutputGate } from "./output_gate.ts";
 import { explainError, LISTEN, useInstead } from "./permissions.ts";
 import { type Repl, startRepl } from "./js_repl.ts";
 
+// Deno builds its Node compatibility layer (`process`) on first use, ~15-20
+// ms: here, while the Worker boots as the pool's spare, rather than in the
+// exec, whose installRuntime redirects process.stdout.
+void (globalThis as { process?: unknown }).process;
+
 interface Run {
   code: string;
   filename: string;
