@@ -58,6 +58,8 @@ inline constexpr int kLayerFds[2] = {4, 5};
 inline constexpr uint32_t kAgentVsockPort = 1024;
 /// The guest kernel arguments every VMM shares (the console, the timer fix under TCG).
 std::string base_cmdline(const VmPlan& plan);
+/// The host's TSC rate in kHz (x86-64; 0 elsewhere): what a TCG guest's TSC runs at.
+uint64_t host_tsc_khz();
 
 class Vmm {
  public:
