@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -113,9 +114,19 @@ void keep_terminal_for_signal_keys() {
 void end_leftovers(bool subreaper) {
   siginfo_t si{};
   if (subreaper && ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD) return;
-  kill_descendants(::getpid());
-  int ignored;
-  while (::waitpid(-1, &ignored, 0) > 0 || errno == EINTR) {
+  // Again until no child is left: one kill has a deadline (under TCG a fork
+  // bomb can outlast it, and a blocking wait then waited for the bomb, so the
+  // exec never returned); the shim has nothing else to do, and only it is waited for.
+  for (;;) {
+    kill_descendants(::getpid());
+    int ignored;
+    pid_t done;
+    while ((done = ::waitpid(-1, &ignored, WNOHANG)) > 0 || (done < 0 && errno == EINTR)) {
+    }
+    if (done < 0) return;  // ECHILD: nobody left
+    // Children still alive: the ones just killed are on their way out.
+    timespec ts{0, 2'000'000};
+    ::nanosleep(&ts, nullptr);
   }
 }
 
