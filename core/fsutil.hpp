@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/fd.hpp"
 
@@ -30,6 +31,8 @@ void make_dirs(const std::string& path, unsigned mode = 0755);
 /// rm -rf that does not cross into other filesystems (a sandbox's leftover
 /// mount is never followed into the host).
 void remove_tree(const std::string& path);
+/// The names in `dir` but . and .., sorted; none if it cannot be read.
+std::vector<std::string> dir_entries(const std::string& dir);
 /// Writes all of data to fd, retrying on EINTR and short writes.
 void write_all(int fd, std::string_view data);
 /// Reads exactly n bytes; returns false on EOF before the first byte.

@@ -23,19 +23,6 @@ bool is_hex(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return out;
-  while (auto* e = ::readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  ::closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
@@ -78,7 +65,7 @@ uint64_t tree_size(const std::string& root) {
   while (!todo.empty()) {
     std::string dir = std::move(todo.back());
     todo.pop_back();
-    for (auto& n : entries(dir)) {
+    for (auto& n : dir_entries(dir)) {
       std::string p = dir + "/" + n;
       struct stat st {};
       if (::lstat(p.c_str(), &st) != 0 || st.st_dev != top.st_dev) continue;
@@ -137,7 +124,7 @@ std::optional<Image> Store::load(const std::string& hex) const {
 
 std::vector<std::string> Store::names_of(const std::string& id) const {
   std::vector<std::string> out;
-  for (auto& n : entries(dir_ + "/names"))
+  for (auto& n : dir_entries(dir_ + "/names"))
     if (auto t = read_file_if_exists(dir_ + "/names/" + n); t && trim(*t) == id) out.push_back(n);
   return out;
 }
@@ -150,7 +137,7 @@ std::optional<Image> Store::find(const std::string& ref) const {
   if (!is_hex(hex) || hex.size() < 6) return std::nullopt;
   if (hex.size() == 64) return load(hex);
   std::optional<Image> hit;
-  for (auto& n : entries(dir_)) {
+  for (auto& n : dir_entries(dir_)) {
     if (n.size() != 64 || n.compare(0, hex.size(), hex) != 0) continue;
     if (hit)
       throw Error(Errc::invalid_argument, "image id prefix '" + ref + "' is ambiguous")
@@ -170,7 +157,7 @@ Image Store::get(const std::string& ref) const {
 
 std::vector<Image> Store::list() const {
   std::vector<Image> out;
-  for (auto& n : entries(dir_))
+  for (auto& n : dir_entries(dir_))
     if (n.size() == 64 && is_hex(n))
       if (auto img = load(n)) out.push_back(std::move(*img));
   std::sort(out.begin(), out.end(), [](const Image& a, const Image& b) {
@@ -181,7 +168,7 @@ std::vector<Image> Store::list() const {
 
 std::vector<User> Store::users(const Image& img) const {
   std::vector<User> out;
-  for (auto& n : entries(img.dir + "/users")) {
+  for (auto& n : dir_entries(img.dir + "/users")) {
     auto dir = read_file_if_exists(img.dir + "/users/" + n);
     if (dir && is_dir(trim(*dir))) out.push_back({n, trim(*dir)});
   }
@@ -306,7 +293,7 @@ std::vector<GcAction> Store::gc(bool dry_run, const std::string& apt_cache) {
   std::set<std::string> kept_debs;  // "name_version" of every package a kept image holds
   for (auto& img : list()) {
     auto users = this->users(img);
-    for (auto& n : entries(img.dir + "/users"))
+    for (auto& n : dir_entries(img.dir + "/users"))
       if (std::none_of(users.begin(), users.end(), [&](const User& u) { return u.sandbox_id == n; }))
         act({"image_user", img.id.substr(0, 19) + " " + n, "its sandbox is gone", false, ""},
             [&] { ::unlink((img.dir + "/users/" + n).c_str()); });
@@ -319,7 +306,7 @@ std::vector<GcAction> Store::gc(bool dry_run, const std::string& apt_cache) {
         if (version.is_string()) kept_debs.insert(pkg + "_" + version.get<std::string>());
   }
   // A build holds its id's lock while it runs: what is left without one was abandoned.
-  for (auto& n : entries(dir_ + "/tmp")) {
+  for (auto& n : dir_entries(dir_ + "/tmp")) {
     auto dot = n.find('.');
     if (dot == std::string::npos || n.substr(dot) == ".lock") continue;
     Fd lock(::open((dir_ + "/tmp/" + n.substr(0, dot) + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
@@ -328,7 +315,7 @@ std::vector<GcAction> Store::gc(bool dry_run, const std::string& apt_cache) {
   }
   if (apt_cache.empty()) return out;
   // The cache's files are NAME_VERSION_ARCH.deb with the version's ':' written as %3a.
-  for (auto& n : entries(apt_cache)) {
+  for (auto& n : dir_entries(apt_cache)) {
     if (n.size() < 5 || n.substr(n.size() - 4) != ".deb") continue;
     std::string key = n.substr(0, n.rfind('_'));
     for (size_t p; (p = key.find("%3a")) != std::string::npos;) key.replace(p, 3, ":");
