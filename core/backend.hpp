@@ -20,7 +20,7 @@ namespace sbx {
 
 /// One thing gc did or would do.
 struct GcAction {
-  std::string kind;    ///< sandbox | pause | stray_dir | snapshot_copy | orphan
+  std::string kind;    ///< sandbox | pause | stray_dir | snapshot_copy | orphan | cache
   std::string target;  ///< sandbox id, directory or driver-specific orphan name
   std::string reason;  ///< "idle for 12m (timeout 10m)", "agent gone", ...
   bool done = false;   ///< false on --dry-run or failure

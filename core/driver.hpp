@@ -3,10 +3,12 @@
 // talks to the sandbox's agent over the stream connect() returns.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -72,6 +74,10 @@ class Driver {
   virtual std::vector<std::string> orphans(const std::set<std::string>& /*live_ids*/) { return {}; }
   /// Frees one leftover named by orphans().
   virtual void reap_orphan(const std::string& /*what*/) {}
+  /// Host-wide cache entries that nothing has used for long, with why (gc).
+  virtual std::vector<std::pair<std::string, std::string>> stale_caches(int64_t /*now_ms*/) { return {}; }
+  /// Drops one entry named by stale_caches(); false if a user came meanwhile.
+  virtual bool drop_cache(const std::string& /*what*/, int64_t /*now_ms*/) { return false; }
   /// Changes the cpu, memory and pids caps of a running sandbox (the disk cap
   /// stays). False when this driver cannot: a warm-pool claim then starts cold.
   virtual bool set_limits(const SandboxRecord& /*rec*/, const Limits& /*limits*/) { return false; }

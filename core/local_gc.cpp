@@ -154,6 +154,10 @@ GcReport LocalBackend::gc(bool dry_run) {
     auto driver = info.make(cfg_);
     for (auto& what : driver->orphans(live))
       act({"orphan", what, info.name + " resource with no sandbox", false, ""}, [&] { driver->reap_orphan(what); });
+    for (auto& [what, why] : driver->stale_caches(now))
+      act({"cache", what, why, false, ""}, [&, what = what] {
+        if (!driver->drop_cache(what, now)) throw Error(Errc::conflict, "used meanwhile; kept");
+      });
   }
   return report;
 }

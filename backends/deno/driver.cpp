@@ -25,6 +25,7 @@
 #include "backends/common/cgroup.hpp"
 #include "backends/common/disk.hpp"
 #include "backends/common/process.hpp"
+#include "backends/deno/cache_prune.hpp"
 #include "backends/deno/runtime.hpp"
 #include "backends/deno/store_copy.hpp"
 #include "backends/drivers.hpp"
@@ -370,6 +371,16 @@ class DenoDriver : public Driver {
       cgroup::remove_scope_if_empty(scope);
     }
     ::rmdir((std::string(kMountBase) + "/" + rec.id).c_str());
+  }
+
+  // The host-wide cache of staged agents, snapshots and code caches (cache_prune.hpp).
+  std::vector<std::pair<std::string, std::string>> stale_caches(int64_t now_ms) override {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (auto& e : stale_cache_entries(cache_dir(), now_ms / 1000)) out.emplace_back(e.path, e.reason);
+    return out;
+  }
+  bool drop_cache(const std::string& what, int64_t now_ms) override {
+    return drop_cache_entry(cache_dir(), what, now_ms / 1000);
   }
 
   // The cgroup freezer; without root there is no group, and no pause.

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/common/process.hpp"
+#include "backends/deno/cache_prune.hpp"
 #include "core/agent_binary.hpp"
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
@@ -119,7 +120,7 @@ std::string ensure_snapshot(const Runtime& rt, const std::string& cache_dir, std
                      std::to_string(mtime_of(rt.deno)) + "-" +
                      fnv_hex(read_file(rt.agent + "/snapshot.ts") + '\0' + read_file(rt.agent + "/py_runner.ts")) + ".snap";
   std::string path = cache_dir + "/" + name;
-  if (path_exists(path)) return path;
+  if (use_cache_entry(path, cache_dir + "/.snapshot.lock")) return path;
   make_dirs(cache_dir, 0755);
   Fd lock = lock_file(cache_dir + "/.snapshot.lock");
   if (path_exists(path)) return path;  // another sbx made it while we waited
@@ -138,7 +139,9 @@ std::string ensure_snapshot(const Runtime& rt, const std::string& cache_dir, std
 std::string ensure_transpiled(const Runtime& rt, const std::string& cache_dir, std::string* why) {
   // rt.agent is the staged copy, named after its content (and the emit is
   // found by that path); a new deno may transpile differently.
-  std::string dir = cache_dir + "/emit-" + fnv_hex(rt.agent + '\0' + std::to_string(mtime_of(rt.deno)));
+  // Its family's hash first: gc drops it with the staged agent (cache_prune.hpp).
+  std::string dir = cache_dir + "/emit-" + cache_family(rt.agent) + "-" +
+                    fnv_hex(rt.agent + '\0' + std::to_string(mtime_of(rt.deno)));
   std::string path = dir + "/gen/file";
   if (path_exists(path)) return path;
   make_dirs(cache_dir, 0755);
@@ -164,7 +167,7 @@ std::string ensure_transpiled(const Runtime& rt, const std::string& cache_dir, s
 
 std::string ensure_code_cache(const Runtime& rt, const std::string& cache_dir, const std::string& snapshot,
                               const std::string& v8_flags, std::string* why) {
-  std::string dir = cache_dir + "/v8-" + fnv_hex(rt.agent + '\0' + snapshot + '\0' + v8_flags + '\0' +
+  std::string dir = cache_dir + "/v8-" + cache_family(rt.agent) + "-" + fnv_hex(rt.agent + '\0' + snapshot + '\0' + v8_flags + '\0' +
                                                  std::to_string(mtime_of(rt.deno)));
   if (path_exists(dir)) return dir;
   make_dirs(cache_dir, 0755);
@@ -244,7 +247,8 @@ std::string stage_agent(const Runtime& rt, const std::string& cache) {
     all += n + '\0' + texts.back();
   }
   std::string dir = cache + "/agent-" + fnv_hex(all);
-  if (path_exists(dir + "/agent.ts")) return dir;
+  // Marked used (its mtime) under the lock gc drops it under: cache_prune.hpp.
+  if (use_cache_entry(dir, cache + "/.agent.lock") && path_exists(dir + "/agent.ts")) return dir;
   make_dirs(cache, 0755);
   Fd lock = lock_file(cache + "/.agent.lock");
   if (path_exists(dir + "/agent.ts")) return dir;
