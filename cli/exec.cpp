@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 
 #include "cli/common.hpp"
@@ -97,7 +98,9 @@ ExecRequest request_from_flags(const ExecFlags& f) {
   return req;
 }
 
-int report(const ExecResult& r, const ExecIO& io, const SandboxSpec& spec, uint64_t timeout_ms) {
+// `memory_mb` is asked for only when the command was OOM-killed: reading the
+// sandbox again costs a warm exec a record read, or a remote one a round trip.
+int report(const ExecResult& r, const ExecIO& io, const std::function<uint64_t()>& memory_mb, uint64_t timeout_ms) {
   if (!io.error.empty()) {
     std::fprintf(stderr, "sbx: error: %s\n", io.error.c_str());
     return r.exit_code;
@@ -108,8 +111,9 @@ int report(const ExecResult& r, const ExecIO& io, const SandboxSpec& spec, uint6
     return exit_status(Errc::timeout);
   }
   if (r.oom_killed) {
+    uint64_t limit = memory_mb ? memory_mb() : 0;
     std::fprintf(stderr, "sbx: error: the command was killed: out of memory (limit %s)\n",
-                 spec.limits.memory_mb ? format_size(spec.limits.memory_mb << 20).c_str() : "unknown");
+                 limit ? format_size(limit << 20).c_str() : "unknown");
     if (r.sandbox_ended)
       std::fprintf(stderr, "sbx: error: the whole sandbox ended with it (its runtime cannot survive an OOM kill)\n");
     std::fprintf(stderr, "sbx: hint: raise the limit with --memory when creating the sandbox\n");
@@ -204,7 +208,7 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
     io.signal_fd = sigs.get();
     if (req.background) {
       ExecResult r = backend->exec(id, req, io);
-      if (!io.error.empty()) return void(out.status = report(r, io, {}, 0));
+      if (!io.error.empty()) return void(out.status = report(r, io, nullptr, 0));
       std::printf("%d\n", r.pid);
       return;
     }
@@ -215,14 +219,14 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
       // This process exits with the command's status: the removal need not hold it up.
       backend->tear_down_one_shots_in_background();
       OneShotResult r = backend->run_once(spec, req, io);
-      out.status = report(r.exec, io, r.spec, req.timeout_ms);
+      out.status = report(r.exec, io, [&] { return r.spec.limits.memory_mb; }, req.timeout_ms);
       // The result is known; a failure to clean up is reported but does not change it.
       if (!r.cleanup_error.empty())
         warn("could not remove the one-shot sandbox: " + r.cleanup_error + " (`sbx gc` will collect it)");
       return;
     }
     ExecResult r = backend->exec(id, req, io);
-    out.status = report(r, io, backend->get(id).spec, req.timeout_ms);
+    out.status = report(r, io, [&] { return backend->get(id).spec.limits.memory_mb; }, req.timeout_ms);
   });
 }
 

@@ -82,6 +82,7 @@ def test_memory_hog_killed(sbx, make_sandbox, driver):
     assert r.rc == 137, r
     assert "survived" not in r.out
     assert "out of memory" in r.err, r
+    assert "(limit 64M)" in r.err, r  # the sandbox's own limit, read only when an OOM kill needs it
     if driver == "runsc":
         # gVisor (20221219) cannot survive the kernel killing its sentry or a
         # stub, so the limit ends the whole sandbox; it must say so, not linger as running.
