@@ -44,13 +44,11 @@ std::optional<int64_t> mtime_s(const std::string& path) {
   return int64_t{st.st_mtim.tv_sec};
 }
 
-bool starts_with(const std::string& s, std::string_view p) { return s.compare(0, p.size(), p) == 0; }
-
 // emit-H-X and v8-H-X (with .tmp or .run after a killed make): H. Older
 // builds named them emit-X and v8-X: "".
 std::string family_of_name(const std::string& n) {
   for (std::string_view kind : {"agent-", "emit-", "v8-"}) {
-    if (!starts_with(n, kind)) continue;
+    if (!n.starts_with(kind)) continue;
     std::string rest = n.substr(kind.size());
     if (kind == "agent-") return rest.substr(0, rest.find('.'));
     auto dash = rest.find('-');
@@ -76,7 +74,7 @@ std::optional<std::string> judge(const std::string& cache, const std::string& na
     if (staged ? now_s - *staged < kCacheUnusedS : !old) return std::nullopt;
     return "deno cache: made for an agent no sandbox has used for " + days(now_s - (staged ? *staged : *own));
   }
-  if (starts_with(name, "pyodide-")) {
+  if (name.starts_with("pyodide-")) {
     if (!old || refs.find(cache + "/" + name) != std::string::npos) return std::nullopt;
     return "deno cache: a Pyodide snapshot no sandbox has used for " + days(now_s - *own);
   }
@@ -89,7 +87,7 @@ std::optional<std::string> judge(const std::string& cache, const std::string& na
 std::string cache_family(const std::string& agent_dir) {
   auto slash = agent_dir.find_last_of('/');
   std::string base = slash == std::string::npos ? agent_dir : agent_dir.substr(slash + 1);
-  return starts_with(base, "agent-") ? base.substr(6) : "";
+  return base.starts_with("agent-") ? base.substr(6) : "";
 }
 
 std::vector<StaleCacheEntry> stale_cache_entries(const std::string& cache, int64_t now_s) {
@@ -108,7 +106,7 @@ bool drop_cache_entry(const std::string& cache, const std::string& path, int64_t
     throw Error(Errc::invalid_argument, "not an entry of the deno cache " + cache + ": " + path);
   // The lock the entry's fast path takes: a create that stages it meanwhile
   // either came first (and made it fresh) or makes it anew after this.
-  Fd lock = lock_file(cache + (starts_with(name, "pyodide-") ? kSnapshotLock : kAgentLock));
+  Fd lock = lock_file(cache + (name.starts_with("pyodide-") ? kSnapshotLock : kAgentLock));
   if (!judge(cache, name, now_s, command_lines())) return false;
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return false;
