@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/json_number.hpp"
 #include "core/fsutil.hpp"
 #include "core/protocol.hpp"
 #include "core/safe_path.hpp"
@@ -173,8 +174,8 @@ void list_request(int root_fd, uint32_t channel, const json& req, const Send& se
 Upload::Upload(int root_fd, const json& req) {
   std::string path = req_path(req);
   std::string kind = req.value("kind", "file");
-  mode_ = req.value("mode", 0644u) & 07777;
-  mtime_ = req.value("mtime", int64_t{0});
+  mode_ = sbx::number_field(req, "mode", 0644u) & 07777;
+  mtime_ = sbx::number_field(req, "mtime", int64_t{0});
   auto [dir, name] = open_parent_in_root(root_fd, path);
   dir_ = std::move(dir);
   name_ = name;

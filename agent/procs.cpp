@@ -14,6 +14,7 @@
 #include "agent/pty.hpp"
 #include "agent/tree.hpp"
 #include "core/error.hpp"
+#include "core/json_number.hpp"
 
 namespace sbx::agent {
 
@@ -115,7 +116,7 @@ void ProcTable::request(int conn, const proto::Frame& f) {
 }
 
 ProcTable::Proc& ProcTable::find(const json& req) {
-  int pid = req.at("pid").get<int>();
+  int pid = number_field(req, "pid", 0);
   auto it = procs_.find(pid);
   if (it == procs_.end()) throw Error(Errc::not_found, "no background process " + std::to_string(pid) + " in this sandbox");
   return it->second;
@@ -135,7 +136,7 @@ void ProcTable::list(int conn, uint32_t channel) {
 void ProcTable::attach(int conn, uint32_t channel, const json& req) {
   Proc& p = find(req);
   Attacher a{conn, channel, req.value("follow", true), req.value("input", false)};
-  int64_t tail = req.value("tail_lines", int64_t{-1});
+  int64_t tail = number_field(req, "tail_lines", int64_t{-1});
   out_.send(conn, proto::encode_json(proto::Type::started, channel, {{"pid", p.info.pid}}));
   // Replayed and registered in one step of the loop: nothing is sent twice or missed.
   send_chunks(out_, conn, channel, proto::Type::stdout_data, p.out_log.read(tail));
@@ -153,7 +154,7 @@ void ProcTable::attach(int conn, uint32_t channel, const json& req) {
 
 void ProcTable::signal(int conn, uint32_t channel, const json& req) {
   Proc& p = find(req);
-  int sig = req.value("signal", SIGKILL);
+  int sig = number_field(req, "signal", SIGKILL);
   if (sig <= 0 || sig >= NSIG) throw Error(Errc::invalid_argument, "no signal " + std::to_string(sig));
   if (p.info.state != "running")
     throw Error(Errc::conflict, "background process " + std::to_string(p.info.pid) + " has already exited");
@@ -182,7 +183,7 @@ bool ProcTable::input(int conn, const proto::Frame& f) {
     // On an attach channel SIGSTOP and SIGCONT are the micro-VM relay's flow
     // control for a host that reads slowly (agent/relay_map.hpp), never the user's.
     if (f.type == proto::Type::signal) {
-      int sig = f.json().value("signal", 0);
+      int sig = number_field(f.json(), "signal", 0);
       if (sig == SIGSTOP || sig == SIGCONT) {
         it->paused = sig == SIGSTOP;
         return true;
@@ -205,10 +206,10 @@ bool ProcTable::input(int conn, const proto::Frame& f) {
         break;
       case proto::Type::resize: {
         json size = f.json();
-        if (p.term) set_window_size(p.term.get(), size.value("rows", uint16_t{0}), size.value("cols", uint16_t{0}));
+        if (p.term) set_window_size(p.term.get(), number_field(size, "rows", uint16_t{0}), number_field(size, "cols", uint16_t{0}));
         break;
       }
-      case proto::Type::signal: signal_command(pid, p.term.get(), f.json().value("signal", SIGTERM)); break;
+      case proto::Type::signal: signal_command(pid, p.term.get(), number_field(f.json(), "signal", SIGTERM)); break;
       default: break;
     }
     return true;

@@ -26,6 +26,7 @@
 #include "agent/tcp_relay.hpp"
 #include "agent/tree.hpp"
 #include "core/error.hpp"
+#include "core/json_number.hpp"
 #include "core/protocol.hpp"
 #include "core/unix_socket.hpp"
 
@@ -335,13 +336,13 @@ void Server::exec_input(Exec& e, const proto::Frame& f) {
       break;
     case proto::Type::resize: {
       json size = f.json();
-      if (e.term) set_window_size(e.term.get(), size.value("rows", uint16_t{0}), size.value("cols", uint16_t{0}));
+      if (e.term) set_window_size(e.term.get(), number_field(size, "rows", uint16_t{0}), number_field(size, "cols", uint16_t{0}));
       break;
     }
     default:
       // The command hears the signal (its status stays 128+N); what it
       // started ends with it, as the shim sees to.
-      signal_command(e.pid, e.term.get(), f.json().value("signal", SIGTERM));
+      signal_command(e.pid, e.term.get(), number_field(f.json(), "signal", SIGTERM));
   }
 }
 
@@ -354,9 +355,9 @@ void Server::start_exec(Conn& c, uint32_t ch, const json& req) {
   sr.stdin_open = req.value("stdin", false);
   sr.confine = opts_.confine;
   sr.tty = req.value("tty", false);
-  sr.rows = req.value("rows", uint16_t{0});
-  sr.cols = req.value("cols", uint16_t{0});
-  uint64_t timeout_ms = req.value("timeout_ms", uint64_t{0});
+  sr.rows = number_field(req, "rows", uint16_t{0});
+  sr.cols = number_field(req, "cols", uint16_t{0});
+  uint64_t timeout_ms = number_field(req, "timeout_ms", uint64_t{0});
   if (req.value("background", false)) {
     if (timeout_ms) throw Error(Errc::invalid_argument, "a background process takes no timeout");
     return procs_.start(c.fd.get(), ch, sr);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/json_number.hpp"
 
 namespace sbx::agent {
 
@@ -28,7 +29,7 @@ std::string refused_message(uint16_t port) {
 }  // namespace
 
 void TcpRelay::open(int conn_fd, uint32_t channel, const nlohmann::json& req) {
-  int port = req.at("port").get<int>();
+  int port = number_field(req, "port", 0);
   if (port < 1 || port > 65535) throw Error(Errc::invalid_argument, "port " + std::to_string(port) + " is not 1-65535");
   Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!s) throw sys_error("cannot make a TCP socket in the sandbox", errno);
@@ -89,7 +90,7 @@ void TcpRelay::frame(int conn_fd, const proto::Frame& f) {
       return;
     case proto::Type::error: close(fd); return;  // the host gave up: the server sees the connection close
     case proto::Type::signal: {
-      int sig = f.json().value("signal", 0);
+      int sig = number_field(f.json(), "signal", 0);
       if (sig == SIGSTOP) l.paused = true;
       else if (sig == SIGCONT) l.paused = false;
       return;

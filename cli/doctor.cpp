@@ -9,6 +9,7 @@
 #include "cli/common.hpp"
 #include "core/fsutil.hpp"
 #include "core/images.hpp"
+#include "core/json_number.hpp"
 #include "core/units.hpp"
 #include "remote/backend.hpp"
 #include "remote/probe.hpp"
@@ -104,10 +105,12 @@ int remote_report(const Config& cfg, const std::string& url, bool as_json) {
       checks.push_back({healthy, "health", std::string(healthy ? "healthy" : h.value("status", "unhealthy")) +
                                                " (default driver " + h.value("default_driver", "?") + "; " + drivers + ")",
                         "run `sbx doctor` on the manager's host"});
-      if (h.contains("sandboxes"))
-        checks.push_back({true, "sandboxes", std::to_string(h["sandboxes"].value("total", 0)) + " " +
+      if (h.contains("sandboxes")) {
+        auto total = json_number<int64_t>(h["sandboxes"].value("total", nlohmann::json())).value_or(0);
+        checks.push_back({true, "sandboxes", std::to_string(total) + " " +
                                                  h["sandboxes"].value("by_state", nlohmann::json::object()).dump(),
                           ""});
+      }
       checks.push_back({p.rtt_ms < 100, "round trip", fmt_ms(p.rtt_ms), "the manager is far or loaded"});
       if (p.clock_skew_ms) {
         bool ok = std::llabs(*p.clock_skew_ms) < 2000;

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/json_number.hpp"
 #include "core/port_relay.hpp"
 #include "core/protocol.hpp"
 #include "core/terminal.hpp"
@@ -23,9 +24,9 @@ using nlohmann::json;
 void from_json(const json& j, FileEntry& e) {
   e.path = j.value("path", "");
   e.type = j.value("type", "other");
-  e.mode = j.value("mode", 0u);
-  e.size = j.value("size", uint64_t{0});
-  e.mtime = j.value("mtime", int64_t{0});
+  e.mode = number_field(j, "mode", 0u, Errc::protocol);
+  e.size = number_field(j, "size", uint64_t{0}, Errc::protocol);
+  e.mtime = number_field(j, "mtime", int64_t{0}, Errc::protocol);
   e.target = j.value("target", "");
 }
 
@@ -112,7 +113,7 @@ ExecResult AgentClient::exec(const ExecRequest& req, ExecIO& io) {
       return decode([&] {
         json j = f.json();
         ExecResult res;
-        if (f.type == proto::Type::started) res.pid = j.value("pid", 0);
+        if (f.type == proto::Type::started) res.pid = number_field(j, "pid", 0, Errc::protocol);
         else if (f.type == proto::Type::exit) res = j.get<ExecResult>(), io.error = j.value("error", "");
         else throw Error(Errc::protocol, "unexpected frame from the agent starting a background process");
         return res;

@@ -11,6 +11,7 @@
 #include "core/agent_client.hpp"
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/json_number.hpp"
 #include "core/local_backend.hpp"
 #include "core/pinned_pid.hpp"
 #include "core/snapshots.hpp"
@@ -74,8 +75,12 @@ LocalBackend::GcVerdict LocalBackend::gc_verdict(const SandboxRecord& rec, Drive
     ping = AgentClient(driver.connect(rec, registry_.dir(rec.id))).ping();
   } catch (const Error&) {
   }
-  if (ping.value("running", 0)) return v;
-  if (auto quiet = ping.value("quiet_ms", int64_t{-1}); quiet >= 0) idle_ms = std::min(idle_ms, static_cast<uint64_t>(quiet));
+  // An agent's answer: a number it cannot hold reads as none, so the sandbox is judged by its record alone.
+  auto field = [&](const char* key, int64_t none) {
+    return ping.is_object() && ping.contains(key) ? json_number<int64_t>(ping[key]).value_or(none) : none;
+  };
+  if (field("running", 0)) return v;
+  if (auto quiet = field("quiet_ms", -1); quiet >= 0) idle_ms = std::min(idle_ms, static_cast<uint64_t>(quiet));
   if (idle_ms < rec.spec.idle_timeout_s * 1000) return v;
   v.pause = pause_it;
   return remove("idle for " + format_duration_ms(idle_ms) + timeout);

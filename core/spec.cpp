@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/json_number.hpp"
 
 namespace sbx {
 
@@ -52,12 +53,16 @@ namespace {
 // Reads an optional field with a type check whose error names the field.
 template <class T>
 void opt(const json& j, const char* key, T& out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  try {
-    out = it->get<T>();
-  } catch (const json::exception&) {
-    throw Error(Errc::invalid_argument, std::string("field '") + key + "' has the wrong type");
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    out = number_field(j, key, out);  // range-checked: a cast of 1e66 to an integer is undefined
+  } else {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return;
+    try {
+      out = it->get<T>();
+    } catch (const json::exception&) {
+      throw Error(Errc::invalid_argument, std::string("field '") + key + "' has the wrong type");
+    }
   }
 }
 }  // namespace

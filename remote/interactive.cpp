@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "core/error.hpp"
+#include "core/json_number.hpp"
 #include "core/units.hpp"
 #include "core/wire.hpp"
 #include "remote/backend.hpp"
@@ -70,9 +71,10 @@ ExecResult RemoteBackend::background(const std::string& id, const ExecRequest& r
   if (req.stdin_open) body["stdin_open"] = true;
   json answer = call_json("POST", sandbox_path(id) + "/exec", &body);
   ExecResult r;
-  if (!answer.is_object() || !answer.contains("pid") || !answer["pid"].is_number_integer())
+  auto pid = answer.is_object() && answer.contains("pid") ? json_number<int>(answer["pid"]) : std::nullopt;
+  if (!pid || !answer["pid"].is_number_integer())
     throw Error(Errc::protocol, "the manager's answer to a background start names no pid");
-  r.pid = answer["pid"].get<int>();
+  r.pid = *pid;
   return r;
 }
 

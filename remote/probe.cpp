@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "core/json_number.hpp"
 #include "core/lazy_libs.hpp"
 
 namespace sbx {
@@ -40,8 +41,8 @@ ManagerProbe probe_manager(const Config& cfg, const std::string& url) {
     auto j = nlohmann::json::parse(body, nullptr, false);
     if (!j.is_discarded() && j.is_object()) {
       p.health = j;
-      if (j.contains("time_ms") && j["time_ms"].is_number())
-        p.clock_skew_ms = j["time_ms"].get<int64_t>() - (sent + static_cast<int64_t>(p.rtt_ms / 2));
+      if (auto t = j.contains("time_ms") ? json_number<int64_t>(j["time_ms"]) : std::nullopt)
+        p.clock_skew_ms = *t - (sent + static_cast<int64_t>(p.rtt_ms / 2));
     }
   } else {
     p.error = c.curl_easy_strerror(rc);

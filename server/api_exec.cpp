@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/json_number.hpp"
 #include "core/shell_subset.hpp"
 #include "core/units.hpp"
 #include "core/wire.hpp"
@@ -159,10 +160,8 @@ void check_sizes(const ExecRequest& req, const Limits& lim) {
 uint16_t window_dimension(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end()) return 0;
-  // Checked before the conversion: nlohmann casts any number, and a double past 65535 is undefined behaviour.
-  if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= 65535))
-    throw Error(Errc::invalid_argument, std::string(key) + " must be a number from 0 to 65535");
-  return it->get<uint16_t>();
+  if (auto n = json_number<uint16_t>(*it)) return *n;
+  throw Error(Errc::invalid_argument, std::string(key) + " must be a number from 0 to 65535");
 }
 
 ExecBody parse_exec(const json& j, const Limits& lim, bool allow_sandbox_field) {

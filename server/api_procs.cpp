@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include "core/error.hpp"
+#include "core/json_number.hpp"
 #include "core/wire.hpp"
 #include "server/api_internal.hpp"
 #include "server/exec_stream.hpp"
@@ -17,7 +18,8 @@ int signal_number(const json& v) {
       {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},   {"USR1", SIGUSR1},
       {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"STOP", SIGSTOP},   {"TSTP", SIGTSTP},
       {"ALRM", SIGALRM}, {"PIPE", SIGPIPE}, {"WINCH", SIGWINCH}};
-  if (v.is_number_integer() && v.get<int>() > 0 && v.get<int>() < 65) return v.get<int>();
+  // Range-checked first: 2^32+9 cast to an int would be SIGKILL.
+  if (auto n = json_number<int>(v); n && v.is_number_integer() && *n > 0 && *n < 65) return *n;
   if (v.is_string()) {
     std::string s = v.get<std::string>();
     if (s.rfind("SIG", 0) == 0) s = s.substr(3);

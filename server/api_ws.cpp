@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "core/fsutil.hpp"
+#include "core/json_number.hpp"
 #include "core/websocket.hpp"
 #include "core/wire.hpp"
 #include "server/api_internal.hpp"
@@ -286,10 +287,10 @@ HttpResponse Api::tokens(const HttpRequest& req, const SandboxRecord& rec) {
   g.sandbox = rec.id;
   try {
     g.scope = body.value("scope", std::string(kScopeWs));
-    int64_t ttl = body.value<int64_t>("ttl_s", kDefaultTokenTtlS);
+    int64_t ttl = number_field<int64_t>(body, "ttl_s", kDefaultTokenTtlS);
     if (ttl < 1 || ttl > kMaxTokenTtlS) throw Error(Errc::invalid_argument, "ttl_s must be between 1 and 3600");
     g.expires_ms = now_ms() + ttl * 1000;
-    if (body.contains("port")) g.port = body["port"].get<uint16_t>();
+    g.port = number_field<uint16_t>(body, "port", 0);
   } catch (const json::exception&) {
     throw Error(Errc::invalid_argument, "token request: scope is a string, port and ttl_s numbers");
   }

@@ -582,6 +582,20 @@ TEST_CASE("api: a method that is only part of an allowed one is 405, and deletes
 
 // server/api_files.cpp files_json_post: a non-string "encoding" reaches
 // get_ref<const std::string&>(), whose json type_error becomes a 500 instead of a 400.
+TEST_CASE("api: a number no field can hold is 400 naming the field, on create and on tokens", "[api][json_number]") {
+  Fixture fx;
+  HttpResponse r = fx.call(fx.alice, "POST", "/v1/sandboxes", json{{"limits", {{"memory_mb", 1e66}}}});
+  CHECK(r.status == 400);
+  CHECK(contains(r.body, "memory_mb"));
+  CHECK(fx.backend.created().empty());
+  std::string id = fx.create(fx.alice);
+  CHECK(fx.call(fx.alice, "POST", sandbox_path(id, "tokens"), json{{"ttl_s", 1e66}}).status == 400);
+  // 65536 + 80 used to wrap to port 80.
+  r = fx.call(fx.alice, "POST", sandbox_path(id, "tokens"), json{{"scope", "port"}, {"port", 65616}});
+  CHECK(r.status == 400);
+  CHECK(contains(r.body, "port"));
+}
+
 TEST_CASE("api: a JSON file write with a non-string encoding is 400", "[api]") {
   Fixture fx;
   std::string id = fx.create(fx.alice);
