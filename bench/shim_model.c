@@ -1,0 +1,67 @@
+/* Two ways for an agent to start an exec's shim, side by side, with nothing
+ * else: what is left of the warm exec's lever in docs/speed.md ("What an exec
+ * costs in page faults").
+ *   fork:  what sbx's agent does. It forks the shim; the shim vforks the
+ *          command. The fork write-protects the agent's pages, so its next
+ *          writes are copy-on-write faults.
+ *   spawn: the agent vforks and execs a small static shim (this program,
+ *          named "shim"), which vforks the command. No page of the agent is
+ *          ever write-protected, but each exec loads the shim.
+ * The "agent" holds 1.5 MiB (sbx-sandbox's resident size) and writes 20
+ * pages between execs (the agent's 19-22 faults per exec). The command is
+ * /bin/true. Usage: shim_model fork|spawn N; prints microseconds per exec.
+ * Link it static, as a shim would be: bench/shim_model.sh does.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void run_true_and_exit(void) {
+  pid_t c = vfork();
+  if (c == 0) {
+    execl("/bin/true", "true", (char*)0);
+    _exit(127);
+  }
+  int st;
+  waitpid(c, &st, 0);
+  _exit(0);
+}
+
+int main(int argc, char** argv) {
+  if (strcmp(argv[0], "shim") == 0) run_true_and_exit();
+  if (argc != 3) {
+    fprintf(stderr, "usage: shim_model fork|spawn N\n");
+    return 2;
+  }
+  const size_t size = 1536 * 1024, pages = size / 4096;
+  char* heap = malloc(size);
+  if (!heap) return 1;
+  memset(heap, 1, size);
+  int n = atoi(argv[2]), spawn = strcmp(argv[1], "spawn") == 0;
+  double t0 = now();
+  for (int i = 0; i < n; ++i) {
+    for (int p = 0; p < 20; ++p) heap[((size_t)(i * 20 + p) % pages) * 4096] = (char)i;
+    pid_t pid = spawn ? vfork() : fork();
+    if (pid == 0) {
+      if (spawn) {
+        execl("/proc/self/exe", "shim", (char*)0);
+        _exit(127);
+      }
+      run_true_and_exit();
+    }
+    int st;
+    waitpid(pid, &st, 0);
+  }
+  printf("%s %.1f\n", argv[1], (now() - t0) / n * 1e6);
+  return 0;
+}
