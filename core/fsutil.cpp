@@ -34,6 +34,15 @@ std::optional<std::string> read_file_if_exists(const std::string& path) {
   return out;
 }
 
+std::optional<std::string> proc_cmdline(const std::string& pid) {
+  try {
+    return read_file_if_exists("/proc/" + pid + "/cmdline");
+  } catch (const Error& e) {
+    if (e.code() == Errc::not_found) return std::nullopt;  // ESRCH: it exited after the open
+    throw;
+  }
+}
+
 std::string read_file(const std::string& path) {
   auto s = read_file_if_exists(path);
   if (!s) throw Error(Errc::not_found, path + " does not exist");

@@ -15,6 +15,10 @@ namespace sbx {
 std::string read_file(const std::string& path);
 /// Reads a whole file, or nullopt when it does not exist.
 std::optional<std::string> read_file_if_exists(const std::string& path);
+/// Process `pid`'s command line (its arguments, each ending in NUL), or nullopt once it
+/// has gone. A scan of /proc races every exit: a process listed a moment ago is gone
+/// at the open (ENOENT) or between the open and the read (ESRCH).
+std::optional<std::string> proc_cmdline(const std::string& pid);
 /// How hard write_file_atomic works to survive a power cut.
 enum class Durability {
   survive_crash,    ///< fsync the file and its directory: survives a power cut

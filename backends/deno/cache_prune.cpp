@@ -33,7 +33,7 @@ std::string command_lines() {
   std::string all;
   for (auto& n : names_in("/proc")) {
     if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (auto text = read_file_if_exists("/proc/" + n + "/cmdline")) all += *text + '\n';
+    if (auto text = proc_cmdline(n)) all += *text + '\n';
   }
   return all;
 }

@@ -440,13 +440,8 @@ class MicrovmDriver : public Driver {
       char* end;
       long pid = std::strtol(e->d_name, &end, 10);
       if (*end || pid <= 1) continue;
-      std::optional<std::string> cmd;
-      try {
-        cmd = read_file_if_exists("/proc/" + std::string(e->d_name) + "/cmdline");
-      } catch (const Error&) {
-        continue;  // it exited between open and read (ESRCH): whatever it was, it is no monitor now
-      }
-      if (!cmd) continue;
+      std::optional<std::string> cmd = proc_cmdline(e->d_name);
+      if (!cmd) continue;  // it exited meanwhile: whatever it was, it is no monitor now
       std::vector<std::string> args;
       std::istringstream in(*cmd);
       for (std::string a; std::getline(in, a, '\0');) args.push_back(a);

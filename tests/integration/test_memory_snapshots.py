@@ -18,7 +18,11 @@ COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done"
 
 def _count(sbx, sid) -> int:
     # `echo $i > /tmp/c` truncates before it writes: a read in between finds the file empty.
-    out = sbx.exec(sid, "cat", "/tmp/c").ok().out.strip()
+    # Before the counter's first write (`exec -d` returns once the shell started) there is no file.
+    r = sbx.exec(sid, "cat", "/tmp/c")
+    if r.rc != 0 and "No such file" in r.err:
+        return -1
+    out = r.ok().out.strip()
     return int(out) if out else -1
 
 

@@ -1,6 +1,8 @@
 #include "core/fsutil.hpp"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -41,5 +43,26 @@ TEST_CASE("make_dirs names the path when a part is a file") {
     FAIL("no error");
   } catch (const sbx::Error& e) {
     CHECK(std::string(e.what()).find(t.path + "/file/sub") != std::string::npos);
+  }
+}
+
+// A /proc scan (the deno cache's gc, the micro-VM's monitors, the DNS
+// forwarder's check) races every exit. The read after a successful open of a
+// process that has just exited fails with ESRCH, which used to end `sbx serve`
+// ("cannot read /proc/N/cmdline: No such process", seen in CI).
+TEST_CASE("proc_cmdline: a process that exits meanwhile is gone, not an error") {
+  auto self = sbx::proc_cmdline(std::to_string(::getpid()));
+  REQUIRE(self);
+  CHECK(!self->empty());
+  CHECK_FALSE(sbx::proc_cmdline("999999999"));
+  // Children that exit at once, read while they go: whatever the timing, never an exception.
+  for (int i = 0; i < 300; ++i) {
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) ::_exit(0);
+    CHECK_NOTHROW(sbx::proc_cmdline(std::to_string(child)));
+    int status;
+    ::waitpid(child, &status, 0);
+    CHECK_FALSE(sbx::proc_cmdline(std::to_string(child)));
   }
 }

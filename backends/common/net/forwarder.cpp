@@ -181,7 +181,7 @@ pid_t running_pid() {
     return 0;
   }
   // A zombie's cmdline is empty.
-  auto cmdline = read_file_if_exists("/proc/" + std::to_string(pid) + "/cmdline").value_or("");
+  auto cmdline = proc_cmdline(std::to_string(pid)).value_or("");
   auto arg1 = cmdline.find('\0');
   if (arg1 == std::string::npos || cmdline.compare(arg1 + 1, std::string::npos, std::string(kSubcommand) + '\0') != 0)
     return 0;
