@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential cmake pkg-config git ccache
+  build-essential cmake pkg-config git ccache lld-16
   libcli11-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcurl4-openssl-dev
   catch2 libarchive-dev libseccomp-dev libmicrohttpd-dev libsqlite3-dev libhttp-parser-dev libboost-dev
   python3 python3-pytest python3-websockets python3-yaml procps iproute2 util-linux busybox-static
@@ -58,7 +58,8 @@ scripts/setup-deno.sh
 # ccache with paths relative to the checkout: a second clone (CI's fresh clone)
 # reuses the objects of the first instead of compiling everything again.
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSBX_WERROR=ON -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSBX_WERROR=ON -DSBX_STARTUP_ORDER=ON \
+  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 cmake --build build -j"$(nproc)"
 # The micro-VM guest image (kernel from Debian's archive, busybox, /init).
 scripts/build-guest.sh build/guest
