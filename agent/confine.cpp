@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <initializer_list>
 
+#include "agent/raw.hpp"
+
 namespace sbx::agent {
 
 namespace {
@@ -21,31 +23,34 @@ constexpr int kSecureBits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SET
 // lock_privileges ran to its end: the bounding set, emptied last, is empty,
 // and the securebits are set where the kernel has them.
 bool privileges_locked() {
-  if (::prctl(PR_CAPBSET_READ, CAP_CHOWN, 0, 0, 0) != 0) return false;
-  int bits = ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
-  return bits < 0 ? errno == EINVAL : (bits & kSecureBits) == kSecureBits;
+  if (raw::sys(SYS_prctl, PR_CAPBSET_READ, CAP_CHOWN) != 0) return false;
+  long bits = raw::sys(SYS_prctl, PR_GET_SECUREBITS);
+  return bits < 0 ? bits == -EINVAL : (bits & kSecureBits) == kSecureBits;
 }
 }  // namespace
 
+// Raw system calls (agent/raw.hpp): drop_privileges runs in an exec's shim,
+// which shares the agent's memory and so must leave errno alone.
 int lock_privileges() {
   // Lock root out of regaining capabilities through exec or setuid games
   // before the power to do so (CAP_SETPCAP) is itself dropped.
-  if (::prctl(PR_SET_SECUREBITS, kSecureBits) != 0) {
+  if (long r = raw::sys(SYS_prctl, PR_SET_SECUREBITS, kSecureBits); r != 0) {
     // gVisor (runsc) implements no securebits at all: both calls fail with
     // EINVAL. There the emptied bounding set, capset and no_new_privs below
     // still keep root from regaining capabilities through exec; any other failure stops.
-    int e = errno;
-    if (!(e == EINVAL && ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) < 0 && errno == EINVAL)) return e;
+    if (!(r == -EINVAL && raw::sys(SYS_prctl, PR_GET_SECUREBITS) == -EINVAL)) return static_cast<int>(-r);
   }
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return errno;
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  if (long r = raw::sys(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); r != 0 && r != -EINVAL)
+    return static_cast<int>(-r);
+  if (long r = raw::sys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); r != 0) return static_cast<int>(-r);
   // Last, so that an empty bounding set means all of the above is done.
   // Capabilities are numbered 0 to the kernel's last without a gap, and one
   // past the last is EINVAL: the first EINVAL ends the list.
   for (int cap = 0; cap <= 63; ++cap) {
-    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0) continue;
-    if (errno == EINVAL) break;
-    return errno;
+    long r = raw::sys(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0);
+    if (r == 0) continue;
+    if (r == -EINVAL) break;
+    return static_cast<int>(-r);
   }
   return 0;
 }
@@ -55,8 +60,7 @@ int drop_privileges() {
     if (int e = lock_privileges()) return e;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2]{};
-  if (::syscall(SYS_capset, &hdr, data) != 0) return errno;
-  return 0;
+  return static_cast<int>(-raw::sys(SYS_capset, &hdr, data));
 }
 
 namespace {

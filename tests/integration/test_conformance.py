@@ -42,6 +42,26 @@ def test_non_executable_is_126(sbx, sandbox):
     assert r.rc == 126, r
 
 
+def test_command_search_follows_execvp(sbx, sandbox):
+    """The agent searches PATH itself (agent/spawn.cpp), with execvp's rules."""
+    sbx.sh(sandbox, "mkdir -p /work/a /work/b && printf 'echo from-a\\n' > /work/a/tool && chmod 0644 /work/a/tool && "
+                    "printf 'echo from-b\\n' > /work/b/tool && chmod 0755 /work/b/tool && "
+                    "printf 'echo plain-script\\n' > /work/b/plain && chmod 0755 /work/b/plain").ok()
+    path = "PATH=/work/a:/work/b:/usr/bin:/bin"
+    # A file found but not executable does not end the search...
+    r = sbx.exec(sandbox, "tool", flags=("--env", path))
+    assert r.rc == 0 and r.out == "from-b\n", r
+    # ...and is what is reported when nothing else is found.
+    r = sbx.exec(sandbox, "tool", flags=("--env", "PATH=/work/a:/nonexistent"))
+    assert r.rc == 126 and "permission denied" in r.err, r
+    # An executable with no #! line runs under /bin/sh, by path or by name.
+    for cmd in ("/work/b/plain", "plain"):
+        r = sbx.exec(sandbox, cmd, flags=("--env", path))
+        assert r.rc == 0 and r.out == "plain-script\n", (cmd, r)
+    r = sbx.exec(sandbox, "plain", flags=("--env", "PATH=/nonexistent:/usr/bin"))
+    assert r.rc == 127 and "command not found" in r.err, r
+
+
 @pytest.mark.parametrize("script,status", [("kill -TERM $$", 143), ("kill -KILL $$", 137), ("kill -INT $$", 130)])
 def test_killed_by_signal_is_128_plus_n(sbx, sandbox, script, status):
     r = sbx.sh(sandbox, script)

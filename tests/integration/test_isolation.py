@@ -302,6 +302,40 @@ for k, (rc, err) in sorted(res.items()):
         assert rc == -1, f"{name} succeeded inside the sandbox (returned {rc})"
 
 
+@pytest.mark.skip_drivers(deno="Pyodide (the deno driver's Python) has no ptrace and no /proc of its own")
+def test_commands_cannot_reach_the_agents_memory(sbx, sandbox):
+    """A command's shim shares the agent's memory (agent/spawn.cpp): neither
+    it nor the agent may be traced, or have its memory read or written
+    through /proc, by the command it runs."""
+    need_python(sbx, sandbox)
+    script = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+shim = os.getppid()
+print("shim", shim, open(f"/proc/{shim}/stat").read().split(")")[1].split()[0])
+for pid in (shim, 1):
+    r = libc.ptrace(ctypes.c_long(16), ctypes.c_long(pid), None, None)   # PTRACE_ATTACH
+    print("attach", pid, r, ctypes.get_errno())
+    r = libc.ptrace(ctypes.c_long(0x4206), ctypes.c_long(pid), None, None)   # PTRACE_SEIZE
+    print("seize", pid, r, ctypes.get_errno())
+    for mode in ("rb", "r+b"):
+        try:
+            open(f"/proc/{pid}/mem", mode).close()
+            print("mem", pid, mode, "opened")
+        except OSError as e:
+            print("mem", pid, mode, "refused", e.errno)
+"""
+    r = sbx.exec(sandbox, "python3", "-c", script).ok()
+    lines = [line.split() for line in r.out.splitlines()]
+    assert lines[0][0] == "shim" and int(lines[0][1]) > 1, r
+    for words in lines[1:]:
+        if words[0] in ("attach", "seize"):
+            assert int(words[2]) == -1, f"the command could {words[0]} pid {words[1]}: {r.out}"
+        else:
+            assert words[3] == "refused", f"the command opened /proc/{words[1]}/mem ({words[2]}): {r.out}"
+
+
 # --------------------------------------------------------------------------
 # the agent's channel is the host's, never the sandboxed code's
 # --------------------------------------------------------------------------
