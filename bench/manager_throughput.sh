@@ -5,9 +5,9 @@
 #   (targets at 8 clients: >= 1500 exec/s, p99 <= 20 ms), and 8 clients again
 #   on a sandbox whose CPU cap is every core (the default cap, one CPU, bounds
 #   what one sandbox's commands can fork and exec), beside the host's
-#   floor for any exec service: fork+exec+wait of /bin/true per second, one
-#   shell loop per core (an exec through sbx is two forks, an exec, the agent
-#   and HTTP on top of that)
+#   floor for any exec service: vfork+exec+wait of /bin/true per second in a
+#   C loop, one loop (the most a one-CPU sandbox can run) and one per core
+#   (an exec through sbx adds the shim, the agent and HTTP to that)
 #   a forwarded `sbx exec ID -- /bin/true` against a local one, with hyperfine
 #   (target: forwarding overhead <= 2 ms per exec)
 # Needs root; installs wrk and hyperfine from Debian if missing.
@@ -18,7 +18,7 @@ DURATION=${DURATION:-10s}
 CLIENTS=${CLIENTS:-1 8 64}
 [[ " $CLIENTS " == *" 8 "* ]] || CLIENTS="$CLIENTS 8"  # the targets' row
 need_sbx
-need_pkgs wrk hyperfine
+need_pkgs wrk hyperfine gcc
 work=$(mktemp -d /tmp/sbx-bench-mgr.XXXXXX)
 key=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -74,14 +74,20 @@ for c in $CLIENTS; do wrk_row "$id" "$c" "$c"; done
 wrk_row "$id_all" 8 "8-all"
 echo "(8-all: 8 clients on a sandbox whose CPU cap is all $(nproc) cores; the rows above have the default cap, 1 CPU)"
 
+# The floor: vfork, exec and wait of /bin/true in a C loop (bench/exec_floor.c),
+# what any exec service pays for its commands alone. One loop is the most a
+# sandbox capped at one CPU (the rows' default) could run; one per core, the
+# machine's. A shell loop would also pay the shell's fork of itself.
+cc -O2 -Wall -o "$work/exec_floor" bench/exec_floor.c
+floor_1cpu=$("$work/exec_floor" loop 1000)
 loops=$(nproc)
-t0=$(date +%s%N)
 pids=()
-for _ in $(seq "$loops"); do (for _ in $(seq 500); do /bin/true; done) & pids+=($!); done
+for i in $(seq "$loops"); do "$work/exec_floor" loop 1000 >"$work/floor.$i" & pids+=($!); done
 wait "${pids[@]}"  # not the manager's
-floor=$((loops * 500 * 1000000000 / ($(date +%s%N) - t0)))
-echo "floor: fork+exec+wait of /bin/true, $loops shell loops = $floor /s"
+floor=$(cat "$work"/floor.* | awk '{s += $1} END {printf "%d", s}')
+echo "floor: vfork+exec+wait of /bin/true in C, one loop = $floor_1cpu /s, $loops loops at once = $floor /s"
 figure manager.floor "$floor"
+figure manager.floor_1cpu "$floor_1cpu"
 
 echo "== forwarding overhead: sbx exec ID -- /bin/true, local vs through the manager"
 lid=$("$SBX" --state-dir "$work/client" create --driver subprocess)
