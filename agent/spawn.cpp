@@ -146,9 +146,7 @@ constexpr int kShimTerminal = 3;
 
 uint64_t signal_bit(int sig) { return 1ULL << (sig - 1); }
 
-int set_signal_mask(uint64_t mask) {
-  return static_cast<int>(-raw::sys(SYS_rt_sigprocmask, SIG_SETMASK, &mask, nullptr, sizeof mask));
-}
+void set_signal_mask(uint64_t mask) { raw::sys(SYS_rt_sigprocmask, SIG_SETMASK, &mask, nullptr, sizeof mask); }
 
 // The kernel's own sigaction, for rt_sigaction without libc, whose handlers
 // return through a restorer of the caller's.

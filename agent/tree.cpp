@@ -111,8 +111,8 @@ void read_proc(Scan& scan) {
 
 // Marks the living members of root's tree (root included when alive):
 // descendants by parent links, and whatever is in root's process group or
-// session. Returns how many.
-int find_members(pid_t root, Scan& scan) {
+// session.
+void find_members(pid_t root, Scan& scan) {
   read_proc(scan);
   ProcStat* first = scan.procs;
   ProcStat* last = scan.procs + scan.count;
@@ -121,19 +121,16 @@ int find_members(pid_t root, Scan& scan) {
     ProcStat* it = std::lower_bound(first, last, pid, [](const ProcStat& a, pid_t p) { return a.pid < p; });
     return it != last && it->pid == pid && it->member;
   };
-  int count = 0;
   for (bool grew = true; grew;) {
     grew = false;
     for (ProcStat* p = first; p != last; ++p) {
       if (p->member) continue;
       if (p->pid == root || p->session == root || p->pgrp == root || is_member(p->ppid)) {
         p->member = true;
-        ++count;
         grew = true;
       }
     }
   }
-  return count;
 }
 
 long mono_ms() {

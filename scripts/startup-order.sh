@@ -45,12 +45,12 @@ trace exec --state-dir "$work/state" exec order -- /bin/true
 trace ls --state-dir "$work/state" ls
 trace help exec --help
 
-# order NM TRACE|--also NAME...: the functions the traces ran code of, and
-# those named, first seen first, with their aliases and CPU variants.
+# order NM TRACE...: the functions the traces ran code of, first seen first,
+# with their aliases and CPU variants.
 order() {
   python3 - "$@" <<'PY'
 import collections, re, sys
-nm, args = sys.argv[1], sys.argv[2:]
+nm, traces = sys.argv[1], sys.argv[2:]
 names, at = collections.defaultdict(set), collections.defaultdict(list)
 for line in open(nm):
     f = line.split()
@@ -71,11 +71,7 @@ def emit(name):
                 seen.add(other)
                 print(other)
 ran = []
-while args:
-    trace = args.pop(0)
-    if trace == "--also":
-        ran.append(args.pop(0))
-        continue
+for trace in traces:
     fn, after_call = None, False
     for line in open(trace):
         if line.startswith("fn="):
