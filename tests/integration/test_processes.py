@@ -4,6 +4,7 @@ it (docs/cli.md), and a sandbox whose pids cap a runaway tree exhausted stays
 controllable."""
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import select
 import signal
@@ -97,6 +98,29 @@ def test_a_leftover_in_a_session_of_its_own_ends_too(sbx, sandbox, driver, reque
     # The pause lets setsid run before sh ends (else the scan finds it still in the session).
     sbx.sh(sandbox, "setsid sleep 303 & sleep 0.5; echo started").ok()
     assert _comms(sbx, sandbox, "sleep") == []
+
+
+def test_the_agent_reuses_its_shims_stacks(sbx, sandbox):
+    """Each exec's shim runs on a 256 KiB stack in the agent's own memory
+    (agent/spawn.cpp), handed back when the shim ends: a long-lived sandbox's
+    agent must not grow by a stack per exec."""
+    def agent_vm_kib() -> int:
+        status = sbx.exec(sandbox, "cat", "/proc/1/status").ok().out
+        return int(status.split("VmSize:")[1].split()[0])
+
+    def at_once(n: int):
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            for r in pool.map(lambda _: sbx.exec(sandbox, "sleep", "0.5"), range(n)):
+                r.ok()
+
+    at_once(4)  # the pool's high-water mark: four stacks
+    before = agent_vm_kib()
+    for _ in range(40):
+        sbx.exec(sandbox, "true").ok()
+    at_once(4)
+    grown = agent_vm_kib() - before
+    # 44 shims ran; a stack each would be 11 MiB.
+    assert grown < 1024, f"the agent grew by {grown} KiB over 44 execs: its shims' stacks are not reused"
 
 
 @pytest.mark.xfail_drivers(runsc="on runsc --pids caps gVisor's own host tasks too: under load a bomb that reaches "
