@@ -29,7 +29,7 @@ namespace {
 void usage() {
   std::fputs(
       "usage: sbx-agent [--listen-fd N | --listen PATH | --serial DEV | --vsock PORT] [--fd N]... [--exit-on-close]\n"
-      "                 [--mkdir DIR]... [--no-confine]\n"
+      "                 [--mkdir DIR]... [--no-confine] [--fresh-signals]\n"
       "       sbx-agent --vm-monitor DIR [--relay] -- VMM [ARG...]\n"
       "Serves the sbx agent protocol inside a sandbox (or, with --vm-monitor, runs a\n"
       "micro-VM's VMM and relays the protocol to it on the host). Not meant to be run by hand.\n",
@@ -145,6 +145,7 @@ int main(int argc, char** argv) {
     else if (a == "--vsock") vsock_port = parse_fd(next()), opts.report_oom = true;
     else if (a == "--fd") opts.stream_fds.push_back(parse_fd(next()));
     else if (a == "--exit-on-close") opts.exit_when_streams_close = true;
+    else if (a == "--fresh-signals") opts.fresh_signals = true;
     else if (a == "--mkdir") {
       const char* dir = next();
       try {

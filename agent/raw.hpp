@@ -45,6 +45,11 @@ long sys(long nr, Args... args) {
   for (;;) call(SYS_exit_group, code);
 }
 
+/// A hexadecimal mask of /proc/self/status ("SigIgn", "CapBnd"), read into a
+/// buffer on the stack: false when /proc is not mounted or the kernel does
+/// not report that field (gVisor's status has no SigIgn).
+bool status_mask(const char* field, unsigned long& mask);
+
 }  // namespace sbx::agent::raw
 
 extern "C" {

@@ -486,7 +486,7 @@ void Server::drop_conn(int fd) {
 }
 
 int Server::run() {
-  reset_signal_dispositions();
+  reset_signal_dispositions(opts_.fresh_signals);
   root_.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
   sigset_t mask;
   sigemptyset(&mask);

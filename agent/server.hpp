@@ -17,6 +17,7 @@ struct ServerOptions {
   /// oom_kill count during a command that died of SIGKILL means an OOM kill,
   /// reported in the exit frame (the host cannot see the guest's counter).
   bool report_oom = false;
+  bool fresh_signals = false;  ///< --fresh-signals: started with every signal disposition default
   /// Where the agent listens (runsc): it may then detach (proto detach) and
   /// listen here again at SIGUSR1. Empty: detach is refused.
   std::string listen_path;

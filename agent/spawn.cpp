@@ -392,9 +392,14 @@ pid_t start_shim(ShimArgs& args) {
 
 }  // namespace
 
-void reset_signal_dispositions() {
+void reset_signal_dispositions(bool fresh) {
+  // Of what the agent's starter set, only an ignored signal outlives exec:
+  // reset those the kernel lists, or all when it does not say (gVisor),
+  // unless the agent was started by a kernel with every disposition default.
+  unsigned long ignored = fresh ? 0 : ~0ul;
+  if (!fresh) raw::status_mask("SigIgn", ignored);
   for (int sig = 1; sig < NSIG; ++sig)
-    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    if (sig != SIGKILL && sig != SIGSTOP && (ignored >> (sig - 1) & 1)) ::signal(sig, SIG_DFL);
 }
 
 Spawned spawn(const SpawnRequest& req, SpawnFailure& failure) {

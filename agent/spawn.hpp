@@ -44,7 +44,9 @@ struct SpawnFailure {
 /// stay ignored in every command it starts, across exec; with none ignored,
 /// the shim need not reset 64 dispositions on each spawn. The agent itself
 /// takes its signals through a signalfd and installs no handler.
-void reset_signal_dispositions();
+/// fresh: the agent was started by a kernel (gVisor's sentry starting a
+/// container's init), so no disposition needs resetting.
+void reset_signal_dispositions(bool fresh);
 
 /// Forks and execs; on failure before exec returns the failure instead of a process.
 /// The child is a session leader, so its pid is also its process group. When
