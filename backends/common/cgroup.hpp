@@ -36,6 +36,10 @@ struct AttachMode {
 /// Reads /proc/mounts' text (fields: source, mount point, type, options).
 AttachMode attach_mode(const std::string& proc_mounts);
 
+/// The CFS period (µs) of a cap of `cpus` CPUs: 20 ms, longer where the
+/// quota would fall under the kernel's 1 ms (cgroup.cpp says why).
+uint64_t cpu_period_us(double cpus);
+
 /// The cgroup directory (below sbx/) that holds the sandboxes of one state
 /// root, so that two state roots on one host (a manager and a test run, say)
 /// never take each other's groups for orphans.

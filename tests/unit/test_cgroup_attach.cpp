@@ -32,3 +32,12 @@ TEST_CASE("cgroup attach: a v1-only host names its first hierarchy, a host witho
   CHECK(attach_mode("proc /proc proc rw 0 0\n").mount.empty());
   CHECK(attach_mode("").mount.empty());
 }
+
+TEST_CASE("cpu cap: a 20 ms period, longer where the quota would be under the kernel's 1 ms") {
+  using sbx::cgroup::cpu_period_us;
+  CHECK(cpu_period_us(1) == 20'000);
+  CHECK(cpu_period_us(2) == 20'000);
+  CHECK(cpu_period_us(0.05) == 20'000);  // quota 1 ms, the kernel's least
+  CHECK(cpu_period_us(0.01) == 100'000);
+  CHECK(cpu_period_us(0.0001) == 1'000'000);  // the kernel's longest (sbx takes no cap under 0.01)
+}
