@@ -393,11 +393,11 @@ pid_t start_shim(ShimArgs& args) {
 }  // namespace
 
 void reset_signal_dispositions(bool fresh) {
+  if (fresh) return;  // started by a kernel, every disposition default
   // Of what the agent's starter set, only an ignored signal outlives exec:
-  // reset those the kernel lists, or all when it does not say (gVisor),
-  // unless the agent was started by a kernel with every disposition default.
-  unsigned long ignored = fresh ? 0 : ~0ul;
-  if (!fresh) raw::status_mask("SigIgn", ignored);
+  // reset those the kernel lists, or all when it does not say (gVisor).
+  unsigned long ignored = ~0ul;
+  raw::status_mask("SigIgn", ignored);
   for (int sig = 1; sig < NSIG; ++sig)
     if (sig != SIGKILL && sig != SIGSTOP && (ignored >> (sig - 1) & 1)) ::signal(sig, SIG_DFL);
 }

@@ -23,7 +23,6 @@ namespace sbx::cgroup {
 namespace {
 constexpr const char* kParent = "sbx";
 
-
 std::set<std::string> words(const std::string& s) {
   std::set<std::string> out;
   std::istringstream in(s);
@@ -87,8 +86,9 @@ void write_limits(const Controller& c, const std::string& p, const Limits& limit
 // rest of the period, so the period bounds that stall: under 8 clients of the
 // manager, each exec's p99 was 22-25 ms at the kernel's default 100 ms, 19-20
 // at 50, 15-17 at 20, for 1-4% fewer execs/s (wrk as in
-// bench/manager_throughput.sh, one sandbox's period changed between rounds). The kernel takes no quota under 1 ms, so a cap below
-// 0.05 CPU (sbx takes caps down to 0.01) gets a longer period.
+// bench/manager_throughput.sh, one sandbox's period changed between rounds).
+// The kernel takes no quota under 1 ms, so a cap below 0.05 CPU (sbx takes
+// caps down to 0.01) gets a longer period.
 uint64_t cpu_period_us(double cpus) {
   constexpr uint64_t kPeriod = 20'000, kMinQuota = 1'000, kMaxPeriod = 1'000'000;
   if (cpus * kPeriod >= kMinQuota) return kPeriod;
