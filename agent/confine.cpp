@@ -27,6 +27,12 @@ bool privileges_locked() {
   long bits = raw::sys(SYS_prctl, PR_GET_SECUREBITS);
   return bits < 0 ? bits == -EINVAL : (bits & kSecureBits) == kSecureBits;
 }
+
+// Set by the agent alone, once its own lock_privileges succeeded: what it
+// gave up cannot be taken back, and every process it starts inherits it. A
+// shim that locks for itself must not set it, since it shares this memory
+// with an agent that did not.
+bool agent_locked = false;
 }  // namespace
 
 // Raw system calls (agent/raw.hpp): drop_privileges runs in an exec's shim,
@@ -60,8 +66,14 @@ int lock_privileges() {
   return 0;
 }
 
+int lock_agent_privileges() {
+  int e = lock_privileges();
+  agent_locked = e == 0;
+  return e;
+}
+
 int drop_privileges() {
-  if (!privileges_locked())
+  if (!agent_locked && !privileges_locked())
     if (int e = lock_privileges()) return e;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2]{};

@@ -11,9 +11,13 @@ namespace sbx::agent {
 /// emptied, and no_new_privs. The agent keeps its own capabilities, and
 /// execs nothing but commands, through a shim that drops them. Returns 0 or an errno.
 int lock_privileges();
+/// lock_privileges for the agent itself, at its start: on success, the shims
+/// it starts (which share its memory) know it without asking the kernel.
+int lock_agent_privileges();
 /// Drops every capability for good: lock_privileges unless the agent already
-/// did (two syscalls check, where it costs ~45, and under gVisor's ptrace
-/// platform each is a round trip to the sentry), then the capability sets. Returns 0 or an errno.
+/// did (known from lock_agent_privileges, else checked with two syscalls; a
+/// lock costs ~45, and under gVisor's ptrace platform each call is a round
+/// trip to the sentry), then the capability sets. Returns 0 or an errno.
 int drop_privileges();
 /// Installs the seccomp filter (libseccomp) on the calling process. The agent
 /// installs it on itself once at start: every command inherits it, and no

@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sbx-agent: cannot build the seccomp filter: %s\n", std::strerror(e));
       return 1;
     }
-    if (int e = sbx::agent::lock_privileges()) {
+    if (int e = sbx::agent::lock_agent_privileges()) {
       std::fprintf(stderr, "sbx-agent: cannot lock the commands' privileges: %s\n", std::strerror(e));
       return 1;
     }

@@ -105,6 +105,7 @@ class Server {
   void channel_input(int conn_fd, const proto::Frame& f);
   void exec_input(Exec& e, const proto::Frame& f);
   void pump(Exec& e, int fd, proto::Type type, bool drain = false);
+  void end_stream(Exec& e, proto::Type type);
   void flush_stdin(Exec& e);
   void reap();
   void finish(Exec& e, int status);
@@ -170,12 +171,11 @@ void Server::add_conn(int fd, bool set_flags) {
   conns_[fd] = std::move(c);
 }
 
+// One connection per wake-up: poll reports the socket again while more wait,
+// and a loop to EAGAIN is one more call per exec (a trap to gVisor's sentry).
 void Server::accept_conn() {
-  for (;;) {
-    int fd = ::accept4(opts_.listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
-    add_conn(fd, false);  // accept4 set both flags
-  }
+  int fd = ::accept4(opts_.listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd >= 0) add_conn(fd, false);  // accept4 set both flags
 }
 
 void Server::read_conn(Conn& c) {
@@ -184,6 +184,9 @@ void Server::read_conn(Conn& c) {
     ssize_t n = ::read(c.fd.get(), buf, sizeof buf);
     if (n > 0) {
       c.dec.feed(buf, static_cast<size_t>(n));
+      // Short: the socket is empty for now, and poll says when it is not
+      // (a read to EAGAIN would be one more call per request).
+      if (static_cast<size_t>(n) < sizeof buf) break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -410,15 +413,22 @@ void Server::pump(Exec& e, int fd, proto::Type type, bool drain) {
       char head[proto::kHeaderSize];
       proto::put_header(head, type, e.channel, static_cast<size_t>(n));
       send_parts(e.conn_fd, std::string_view(head, sizeof head), std::string_view(buf, static_cast<size_t>(n)));
+      // Short: the pipe is empty for now (poll says when it is not). A
+      // drain reads on to EOF or EAGAIN.
+      if (!drain && static_cast<size_t>(n) < sizeof buf) return;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
-    // EOF: stop polling this pipe.
-    if (type == proto::Type::stdout_data) e.out.reset();
-    else e.err.reset();
+    end_stream(e, type);
     return;
   }
+}
+
+void Server::end_stream(Exec& e, proto::Type type) {
+  // EOF: stop polling this pipe.
+  if (type == proto::Type::stdout_data) e.out.reset();
+  else e.err.reset();
 }
 
 void Server::feed_reads(Conn& c) {
@@ -454,10 +464,17 @@ void Server::finish(Exec& e, int status) {
 }
 
 void Server::reap() {
-  signalfd_siginfo si;
-  while (::read(sigfd_.get(), &si, sizeof si) > 0) {
-    if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) stop_ = true;
-    if (si.ssi_signo == SIGUSR1) relisten();
+  // Up to eight at a call; fewer means none is left pending (no read to EAGAIN).
+  signalfd_siginfo si[8];
+  for (;;) {
+    ssize_t n = ::read(sigfd_.get(), si, sizeof si);
+    if (n <= 0) break;
+    size_t got = static_cast<size_t>(n) / sizeof si[0];
+    for (size_t i = 0; i < got; ++i) {
+      if (si[i].ssi_signo == SIGTERM || si[i].ssi_signo == SIGINT) stop_ = true;
+      if (si[i].ssi_signo == SIGUSR1) relisten();
+    }
+    if (got < std::size(si)) break;
   }
   for (;;) {
     int status;
@@ -569,9 +586,17 @@ int Server::run() {
         auto it = execs_.find(pid);
         if (it == execs_.end()) continue;
         Exec& e = it->second;
-        if (kind == 3 && e.out) pump(e, e.out.get(), proto::Type::stdout_data);
-        else if (kind == 4 && e.err) pump(e, e.err.get(), proto::Type::stderr_data);
-        else if (kind == 5) flush_stdin(e);
+        if (kind == 5) {
+          flush_stdin(e);
+          continue;
+        }
+        Fd& stream = kind == 3 ? e.out : e.err;
+        auto type = kind == 3 ? proto::Type::stdout_data : proto::Type::stderr_data;
+        // A hang-up without POLLIN is a pipe (or terminal) that is empty and
+        // has no writer left: EOF, known without a read that says so.
+        if (!stream) continue;
+        if (pfds[i].revents & POLLIN) pump(e, stream.get(), type);
+        else end_stream(e, type);
       }
     }
     std::vector<int> dead;

@@ -322,6 +322,19 @@ ShimStack& free_shim_stack() {
   return *stacks.back();
 }
 
+// A command's stdin when it is given none: one /dev/null (without one, the
+// root directory, whose reads fail at once), opened by the first exec and
+// kept, not opened and closed by each (two calls, each a trap to gVisor's
+// sentry). Commands share its open file, which is harmless: /dev/null holds
+// no data and no position, so flags one command sets change nothing another
+// reads.
+int kept_null_input() {
+  static int fd = -1;
+  if (fd < 0) fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fd = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return fd;
+}
+
 // The command's stdin, stdout and stderr: the agent's ends in `s`, the
 // child's in `child`.
 void make_stdio(const SpawnRequest& req, Pty& pty, Spawned& s, ShimIO& child) {
@@ -347,8 +360,7 @@ void make_stdio(const SpawnRequest& req, Pty& pty, Spawned& s, ShimIO& child) {
     s.in.reset(in[1]);
     child.in = in[0];
   } else {
-    child.in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (child.in < 0) child.in = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // no /dev/null: read fails at once
+    child.in = kept_null_input();
   }
 }
 
@@ -419,10 +431,11 @@ Spawned spawn(const SpawnRequest& req, SpawnFailure& failure) {
   Pty pty;
   ShimArgs args{&req, {argv.data(), envp.data(), path}, {-1, -1, -1, -1, nullptr}};
   ShimIO& child = args.io;
-  // The child's ends are the agent's to close once the child holds them.
+  // The child's ends are the agent's to close once the child holds them
+  // (but the kept /dev/null).
   auto close_child_ends = [&] {
     for (int fd : {child.in, child.out, child.err, child.report})
-      if (fd >= 0) ::close(fd);
+      if (fd >= 0 && fd != kept_null_input()) ::close(fd);
   };
   int report[2];
   try {
