@@ -150,7 +150,7 @@ std::unique_ptr<Backend> backend_for_existing(const Config& cfg, std::string& re
   // A sandbox remembers the manager that holds it, whatever the chain says today.
   auto remembered = [&] { return std::make_unique<RemoteBackend>(cfg, *remote_location(cfg.state_dir, ref), cfg.api_key); };
   if (valid_sandbox_id(ref)) {
-    if (local->registry().find(ref)) return local;
+    if (local->registry().has(ref)) return local;  // the backend reads it
     if (remote_location(cfg.state_dir, ref)) return remembered();
   } else {
     // This host's sandboxes share one owner: those without an sbx.owner label.

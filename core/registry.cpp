@@ -162,6 +162,11 @@ std::optional<SandboxRecord> Registry::find(const std::string& id_or_prefix) con
   return match ? load(*match) : std::nullopt;
 }
 
+bool Registry::has(const std::string& id) const {
+  struct stat st;
+  return valid_sandbox_id(id) && ::stat((dir(id) + "/" + kRecord).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 SandboxRecord Registry::get(const std::string& id_or_prefix) const {
   auto r = find(id_or_prefix);
   if (!r) throw_missing(id_or_prefix);

@@ -40,6 +40,9 @@ class Registry {
   void check_name_free(const SandboxSpec& spec) const;
   /// The record of id, or nullopt. An id prefix that names exactly one sandbox also works.
   std::optional<SandboxRecord> find(const std::string& id_or_prefix) const;
+  /// A record is kept for this full id (read by nobody: one stat, where find
+  /// parses the record, for a caller that reads it again under the lock).
+  bool has(const std::string& id) const;
   /// Like find, but throws not_found with a hint.
   SandboxRecord get(const std::string& id_or_prefix) const;
   /// Every readable record, oldest first.
