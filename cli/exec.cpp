@@ -70,6 +70,29 @@ struct ExecFlags {
   std::vector<std::string> args;
 };
 
+// The first flag of a new sandbox's set that the line gave, or nullptr.
+// --driver is not one: it also picks where an id is looked up.
+const char* new_sandbox_flag(const SpecFlags& f) {
+  const std::pair<bool, const char*> given[] = {
+      {!f.name.empty(), "--name"},
+      {!f.image.empty(), "--image"},
+      {!f.memory.empty(), "--memory"},
+      {!f.pids.empty(), "--pids"},
+      {!f.cpus.empty(), "--cpus"},
+      {!f.disk.empty(), "--disk"},
+      {!f.network.empty(), "--network"},
+      {!f.idle_timeout.empty(), "--idle-timeout"},
+      {!f.idle_action.empty(), "--idle-action"},
+      {!f.ttl.empty(), "--ttl"},
+      {f.persistent, "--persistent"},
+      {!f.labels.empty(), "--label"},
+      {!f.allow.empty(), "--allow"},
+  };
+  for (auto& [set, flag] : given)
+    if (set) return flag;
+  return nullptr;
+}
+
 // The request the flags ask for, and the checks that need no sandbox.
 ExecRequest request_from_flags(const ExecFlags& f) {
   ExecRequest req;
@@ -127,6 +150,7 @@ std::vector<std::string> split_exec_command(const CLI::App& app, const std::vect
   // The command's own flags must never be read as sbx's, so the command is cut
   // off before parsing: after "--", or else after the sandbox id (with --rm,
   // at the first word that is not an sbx flag), as `docker exec` does.
+  g_command.clear();  // a line parsed again (cli/main.cpp) is split again
   auto it = std::find(args.begin(), args.end(), std::string("exec"));
   if (it == args.end()) return args;
   const CLI::App* sub = nullptr;
@@ -190,6 +214,11 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
     } else if (!st->args.empty()) {
       throw Error(Errc::usage, "--rm takes no sandbox id").set_hint("sbx exec --rm [flags] -- CMD [ARG...]");
     }
+    if (!st->rm)
+      if (const char* flag = new_sandbox_flag(st->spec))
+        throw Error(Errc::usage, std::string(flag) + " describes a new sandbox: it goes with --rm")
+            .set_hint("a running sandbox keeps what it was created with; for a new one: sbx exec --rm " + std::string(flag) +
+                      " ... -- CMD [ARG...]");
     if (g_command.empty())
       throw Error(Errc::usage, "no command given").set_hint(st->rm ? "sbx exec --rm -- CMD [ARG...]" : "sbx exec ID -- CMD [ARG...]");
     ExecRequest req = request_from_flags(*st);

@@ -88,3 +88,31 @@ def test_a_flag_value_spelled_like_a_subcommand_is_still_a_value(sbx, tmp_path):
     assert r.rc == 0 and r.out == "ok\n", r
     r = sbx.run("--config", "gc", "--version", cwd=tmp_path)
     assert r.rc == 0 and r.out.startswith("sbx "), r
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--memory", "1g", "{id}", "--", "echo", "ran"], "--memory"),
+    (["{id}", "--cpus=0.5", "--", "echo", "ran"], "--cpus"),
+    (["-l", "team=a", "{id}", "echo", "ran"], "--label"),
+    (["--persistent", "{id}", "--", "echo", "ran"], "--persistent"),
+    (["--image", "host", "{id}", "--", "echo", "ran"], "--image"),
+])
+def test_a_new_sandboxs_flag_on_a_running_one_is_refused_not_ignored(sbx, make_sandbox, argv, flag):
+    # `sbx exec ID --memory 1g -- CMD` once ran CMD under the sandbox's own cap
+    # and said nothing: the flag only ever shaped a one-shot's new sandbox.
+    sid = make_sandbox()
+    r = sbx.run("exec", *[a.replace("{id}", sid) for a in argv])
+    assert r.rc == 2 and "ran" not in r.out, r
+    assert f"sbx: error: {flag} describes a new sandbox: it goes with --rm\n" in r.err, r
+    assert "sbx exec --rm" in r.err, r
+
+
+def test_a_warm_exec_still_takes_driver_and_a_one_shot_its_limits(sbx, make_sandbox):
+    # --driver is not refused for a running sandbox: it also says where an id is looked up.
+    sid = make_sandbox()
+    r = sbx.run("exec", "--driver", "subprocess", sid, "--", "echo", "ok")
+    assert r.rc == 0 and r.out == "ok\n", r
+    r = sbx.run("exec", "--rm", "--driver", "subprocess", "--memory", "64m", "--", "echo", "ok")
+    assert r.rc == 0 and r.out == "ok\n", r
+    h = sbx.run("exec", "--help")
+    assert h.rc == 0 and "--memory SIZE" in h.out and "--allow" in h.out, h
