@@ -83,7 +83,8 @@ bool read_stat(pid_t pid, ProcStat& info) {
   return true;
 }
 
-void read_proc(Scan& scan) {
+// `skip`: a pid left out of the scan (0: none).
+void read_proc(Scan& scan, pid_t skip) {
   scan.count = 0;
   scan.truncated = false;
   long dir = raw::sys(SYS_openat, AT_FDCWD, "/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -97,7 +98,7 @@ void read_proc(Scan& scan) {
       at += e->d_reclen;
       long pid;
       const char* end = get_number(e->d_name, pid);
-      if (!end || *end || pid <= 1) continue;
+      if (!end || *end || pid <= 1 || pid == skip) continue;
       if (scan.count == kMaxProcs) {
         scan.truncated = true;
         continue;
@@ -109,11 +110,12 @@ void read_proc(Scan& scan) {
   std::sort(scan.procs, scan.procs + scan.count, [](const ProcStat& a, const ProcStat& b) { return a.pid < b.pid; });
 }
 
-// Marks the living members of root's tree (root included when alive):
-// descendants by parent links, and whatever is in root's process group or
-// session.
-void find_members(pid_t root, Scan& scan) {
-  read_proc(scan);
+// Marks the living members of root's tree (root included when alive, unless
+// spare_root: then root is not read at all, three calls fewer, each a trap
+// to gVisor's sentry at every exec's leftover scan): descendants by parent
+// links, and whatever is in root's process group or session.
+void find_members(pid_t root, Scan& scan, bool spare_root = false) {
+  read_proc(scan, spare_root ? root : 0);
   ProcStat* first = scan.procs;
   ProcStat* last = scan.procs + scan.count;
   auto is_member = [&](pid_t pid) {
@@ -164,16 +166,18 @@ struct Stopped {
 };
 
 void kill_all(pid_t root, bool spare_root) {
-  long deadline = mono_ms() + kKillDeadlineMs;
+  // Read after the first scan: most scans (every exec's under gVisor) find
+  // nobody, and the clock is a raw system call here (agent/raw.hpp).
+  long deadline = 0;
   Scan scan;
   Stopped stopped;
   // Freeze first: every member found is stopped, and a scan that finds no one
   // new means nothing is left that could still fork (a child forked before its
   // parent stopped shows up in the next scan and is stopped in turn).
   bool truncated = false;
-  for (bool found_new = true; found_new && mono_ms() < deadline;) {
+  for (bool found_new = true; found_new && (!deadline || mono_ms() < deadline);) {
     found_new = false;
-    find_members(root, scan);
+    find_members(root, scan, spare_root);
     truncated = truncated || scan.truncated;
     for (int i = 0; i < scan.count; ++i) {
       pid_t pid = scan.procs[i].pid;
@@ -183,16 +187,18 @@ void kill_all(pid_t root, bool spare_root) {
     }
     // Past what a scan holds, stopping cannot tell old from new: kill.
     if (stopped.full) break;
+    if (found_new && !deadline) deadline = mono_ms() + kKillDeadlineMs;
   }
   // A leftover scan that found no member: nobody is left who could have
   // forked one since, so a second scan would only find nobody again. Under
   // gVisor the shim cannot be a subreaper, so every exec ends with a scan.
   if (spare_root && stopped.count == 0 && !truncated) return;
+  if (!deadline) deadline = mono_ms() + kKillDeadlineMs;
   // Then kill, and again until a scan finds nobody alive (SIGKILL lands at
   // once on a stopped process, but a straggler may have forked meanwhile).
   for (int round = 0;; ++round) {
     bool any = false;
-    find_members(root, scan);
+    find_members(root, scan, spare_root);
     for (int i = 0; i < scan.count; ++i) {
       pid_t pid = scan.procs[i].pid;
       if (!scan.procs[i].member || (spare_root && pid == root)) continue;
