@@ -20,7 +20,8 @@ void add_global_flags(CLI::App& app, Globals& g) {
   app.add_option("--state-dir", g.state_dir, "state root (default $SBX_STATE_DIR or /var/lib/sbx)")->type_name("DIR");
 }
 
-void add_spec_flags(CLI::App* sub, SpecFlags& f) {
+std::vector<const CLI::Option*> add_spec_flags(CLI::App* sub, SpecFlags& f) {
+  size_t before = sub->get_options().size();
   sub->add_option("--name", f.name, "a name to use instead of the id (unique; a-z, 0-9, _ . -)")->type_name("NAME");
   sub->add_option("--driver", f.driver, "driver: subprocess, runsc, microvm, deno, remote (default: fallback chain)")
       ->type_name("NAME");
@@ -42,6 +43,8 @@ void add_spec_flags(CLI::App* sub, SpecFlags& f) {
   sub->add_option("--allow", f.allow, "with --network jail: reach only this network or domain (repeatable)")
       ->type_name("CIDR|DOMAIN")
       ->allow_extra_args(false);
+  auto all = sub->get_options();
+  return {all.begin() + static_cast<std::ptrdiff_t>(before), all.end()};
 }
 
 std::map<std::string, std::string> parse_key_values(const std::vector<std::string>& items, const char* what) {

@@ -38,7 +38,8 @@ struct SpecFlags {
 };
 
 void add_global_flags(CLI::App& app, Globals& g);
-void add_spec_flags(CLI::App* sub, SpecFlags& f);
+/// Adds a new sandbox's flags to sub; returns them (exec refuses them without --rm).
+std::vector<const CLI::Option*> add_spec_flags(CLI::App* sub, SpecFlags& f);
 /// The spec the flags ask for; unset values are left for the configuration's defaults.
 SandboxSpec spec_from_flags(const SpecFlags& f);
 /// "K=V" strings to a map; `what` names the flag in errors.

@@ -70,26 +70,11 @@ struct ExecFlags {
   std::vector<std::string> args;
 };
 
-// The first flag of a new sandbox's set that the line gave, or nullptr.
+// The first of a new sandbox's flags that the line gave, or nullptr.
 // --driver is not one: it also picks where an id is looked up.
-const char* new_sandbox_flag(const SpecFlags& f) {
-  const std::pair<bool, const char*> given[] = {
-      {!f.name.empty(), "--name"},
-      {!f.image.empty(), "--image"},
-      {!f.memory.empty(), "--memory"},
-      {!f.pids.empty(), "--pids"},
-      {!f.cpus.empty(), "--cpus"},
-      {!f.disk.empty(), "--disk"},
-      {!f.network.empty(), "--network"},
-      {!f.idle_timeout.empty(), "--idle-timeout"},
-      {!f.idle_action.empty(), "--idle-action"},
-      {!f.ttl.empty(), "--ttl"},
-      {f.persistent, "--persistent"},
-      {!f.labels.empty(), "--label"},
-      {!f.allow.empty(), "--allow"},
-  };
-  for (auto& [set, flag] : given)
-    if (set) return flag;
+const CLI::Option* new_sandbox_flag(const std::vector<const CLI::Option*>& spec_flags) {
+  for (const CLI::Option* opt : spec_flags)
+    if (opt->count() > 0 && opt->get_name() != "--driver") return opt;
   return nullptr;
 }
 
@@ -202,11 +187,11 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
   sub->add_option("-w,--workdir", st->workdir, "working directory")->type_name("DIR");
   sub->add_option("--timeout", st->timeout, "kill the command's process tree after this long, e.g. 30s")
       ->type_name("DUR");
-  add_spec_flags(sub, st->spec);
+  auto spec_flags = add_spec_flags(sub, st->spec);
   sub->add_option("id", st->args, "ID -- CMD [ARG...]  (with --rm: -- CMD [ARG...])");
   sub->footer("Exit status: the command's own; 128+N if killed by signal N; 124 on --timeout;\n"
               "127 if the command was not found; 125 if sbx itself failed.");
-  sub->callback([&g, &out, st] {
+  sub->callback([&g, &out, st, spec_flags] {
     std::string id;
     if (!st->rm) {
       if (st->args.empty()) throw Error(Errc::usage, "no sandbox id given").set_hint("sbx exec ID -- CMD [ARG...]");
@@ -215,10 +200,12 @@ void register_exec(CLI::App& app, Globals& g, Outcome& out) {
       throw Error(Errc::usage, "--rm takes no sandbox id").set_hint("sbx exec --rm [flags] -- CMD [ARG...]");
     }
     if (!st->rm)
-      if (const char* flag = new_sandbox_flag(st->spec))
-        throw Error(Errc::usage, std::string(flag) + " describes a new sandbox: it goes with --rm")
-            .set_hint("a running sandbox keeps what it was created with; for a new one: sbx exec --rm " + std::string(flag) +
+      if (const CLI::Option* opt = new_sandbox_flag(spec_flags)) {
+        std::string flag = opt->get_name();
+        throw Error(Errc::usage, flag + " describes a new sandbox: it goes with --rm")
+            .set_hint("a running sandbox keeps what it was created with; for a new one: sbx exec --rm " + flag +
                       " ... -- CMD [ARG...]");
+      }
     if (g_command.empty())
       throw Error(Errc::usage, "no command given").set_hint(st->rm ? "sbx exec --rm -- CMD [ARG...]" : "sbx exec ID -- CMD [ARG...]");
     ExecRequest req = request_from_flags(*st);

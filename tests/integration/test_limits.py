@@ -184,12 +184,16 @@ def test_cpu_cap(sbx, make_sandbox, driver):
     assert ratio > 0.05, f"the busy loop hardly ran ({cpu:.2f} CPU-s in {wall:.2f} s)"
 
 
+def cpu_period_us(sbx, sid):
+    period = read_knob(sbx, sid, "cpu.cfs_period_us")
+    return int(period) if period is not None else int(read_knob(sbx, sid, "cpu.max").split()[1])
+
+
 def cpu_cap(sbx, sid):
     quota = read_knob(sbx, sid, "cpu.cfs_quota_us")
-    if quota is not None:
-        return int(quota) / int(read_knob(sbx, sid, "cpu.cfs_period_us"))
-    q, period = read_knob(sbx, sid, "cpu.max").split()
-    return int(q) / int(period)
+    if quota is None:
+        quota = read_knob(sbx, sid, "cpu.max").split()[0]
+    return int(quota) / cpu_period_us(sbx, sid)
 
 
 @pytest.mark.only_drivers("subprocess", "runsc")
@@ -198,11 +202,6 @@ def test_the_cpu_cap_is_in_force_when_create_returns(sbx, make_sandbox, driver):
     # set once the agent answers: still before create returns, before any exec.
     sid = make_sandbox("--cpus", "0.25", driver=driver)
     assert cpu_cap(sbx, sid) == pytest.approx(0.25)
-
-
-def cpu_period_us(sbx, sid):
-    period = read_knob(sbx, sid, "cpu.cfs_period_us")
-    return int(period) if period is not None else int(read_knob(sbx, sid, "cpu.max").split()[1])
 
 
 @pytest.mark.only_drivers("subprocess", "runsc")
