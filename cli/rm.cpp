@@ -24,8 +24,9 @@ void register_rm(CLI::App& app, Globals& g, Outcome& out) {
     // Held to the end: no warm-pool refill (a one-shot's, just returned) starts
     // a spare after the listing, so --all leaves nothing.
     Fd pool_turn;
+    LocalBackend local(cfg, builtin_drivers());
     if (st->all) {
-      pool_turn = LocalBackend(cfg, builtin_drivers()).settle_pool();
+      pool_turn = local.settle_pool();
       for (auto& b : all_backends(cfg))
         for (auto& r : b->list()) ids.push_back(r.id);
     }
@@ -37,6 +38,15 @@ void register_rm(CLI::App& app, Globals& g, Outcome& out) {
       } catch (const Error& e) {
         if (st->force && e.code() == Errc::not_found) continue;
         print_error(e);
+        ++failures;
+      }
+    }
+    // A one-shot's detached teardown past its record is not listed: wait for it too.
+    if (st->all) {
+      for (auto& path : local.settle_removals()) {
+        print_error(Error(Errc::io, "the removal of " + path + " is still under way")
+                        .set_hint("its remover held it for " + std::to_string(LocalBackend::kRemovalWaitMs / 1000) +
+                                  " s; `sbx gc` finishes it once that process is gone"));
         ++failures;
       }
     }

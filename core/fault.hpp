@@ -5,8 +5,10 @@
 //
 //   SBX_TEST_CRASH_AT=NAME[:N]  SIGKILL this process the Nth time (default 1st) it reaches NAME
 //   SBX_TEST_FAULT_TRACE=FILE   append the name of every point reached to FILE (how tests list them)
+//   SBX_TEST_STALL_AT=NAME:MS   sleep MS milliseconds each time this process reaches NAME (a slow
+//                               step, for tests of whoever waits for it)
 //
-// Neither is read unless set; unset, a point costs one cached check. Not a
+// None is read unless set; unset, a point costs one cached check. Not a
 // user interface: docs/security.md ("Faults") says what the tests do with it.
 
 namespace sbx::fault {

@@ -123,7 +123,24 @@ void make_dirs(const std::string& path, unsigned mode) {
 }
 
 namespace {
-void remove_at(int parent, const char* name, dev_t dev) {
+void remove_at(int parent, const char* name, dev_t dev, const char* last = nullptr);
+
+// Removes what the directory holds; `last`, if named, after everything else.
+void remove_entries(DIR* d, dev_t dev, const char* last) {
+  bool has_last = false;
+  while (auto* ent = ::readdir(d)) {
+    if (!std::strcmp(ent->d_name, ".") || !std::strcmp(ent->d_name, "..")) continue;
+    if (last && !std::strcmp(ent->d_name, last)) {
+      has_last = true;
+      continue;
+    }
+    remove_at(::dirfd(d), ent->d_name, dev);
+  }
+  if (has_last) remove_at(::dirfd(d), last, dev);
+}
+
+// ENOENT anywhere is someone else's removal of the same tree having got there first.
+void remove_at(int parent, const char* name, dev_t dev, const char* last) {
   struct stat st {};
   if (::fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno == ENOENT) return;
@@ -133,6 +150,7 @@ void remove_at(int parent, const char* name, dev_t dev) {
     if (st.st_dev != dev)  // a mount point: never descend into another filesystem
       throw Error(Errc::conflict, std::string(name) + " is still a mount point");
     int fd = ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return;
     if (fd < 0) throw sys_error(std::string("cannot open ") + name, errno);
     DIR* d = ::fdopendir(fd);
     if (!d) {
@@ -140,10 +158,7 @@ void remove_at(int parent, const char* name, dev_t dev) {
       throw sys_error(std::string("cannot read ") + name, errno);
     }
     try {
-      while (auto* ent = ::readdir(d)) {
-        if (!std::strcmp(ent->d_name, ".") || !std::strcmp(ent->d_name, "..")) continue;
-        remove_at(::dirfd(d), ent->d_name, dev);
-      }
+      remove_entries(d, dev, last);
     } catch (...) {
       ::closedir(d);
       throw;
@@ -177,6 +192,15 @@ void remove_tree(const std::string& path) {
     throw sys_error("cannot stat " + path, errno);
   }
   with_context("removing " + path, [&] { remove_at(AT_FDCWD, path.c_str(), st.st_dev); });
+}
+
+void remove_tree_last(const std::string& path, const char* last) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    throw sys_error("cannot stat " + path, errno);
+  }
+  with_context("removing " + path, [&] { remove_at(AT_FDCWD, path.c_str(), st.st_dev, last); });
 }
 
 void flock_wait(int fd, bool exclusive, const std::string& path) {

@@ -35,6 +35,9 @@ void make_dirs(const std::string& path, unsigned mode = 0755);
 /// rm -rf that does not cross into other filesystems (a sandbox's leftover
 /// mount is never followed into the host).
 void remove_tree(const std::string& path);
+/// remove_tree, with the entry `last` directly under path removed after all
+/// the others: as long as it can be opened, the removal is not finished.
+void remove_tree_last(const std::string& path, const char* last);
 /// The names in `dir` but . and .., sorted; none if it cannot be read.
 std::vector<std::string> dir_entries(const std::string& dir);
 /// Writes all of data to fd, retrying on EINTR and short writes.

@@ -404,6 +404,17 @@ Fd LocalBackend::settle_pool() {
   return pool_.take_turn();
 }
 
+std::vector<std::string> LocalBackend::settle_removals() {
+  std::vector<std::string> running;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kRemovalWaitMs);
+  for (auto& path : registry_.unfinished_removals()) {
+    auto end = registry_.await_removal(path, deadline);
+    if (end == Registry::RemovalEnd::abandoned) registry_.finish_removal(path);
+    if (end == Registry::RemovalEnd::running) running.push_back(path);
+  }
+  return running;
+}
+
 std::vector<PoolStatus> LocalBackend::pool_status() {
   return pool_.status();
 }

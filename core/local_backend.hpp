@@ -54,6 +54,12 @@ class LocalBackend : public Backend {
   /// then returns the pool's turn: while it is held no fill starts a spare, so
   /// a drain or `rm --all` under it leaves nothing.
   Fd settle_pool();
+  /// Waits, up to kRemovalWaitMs in all, for the removals already past their
+  /// record (a one-shot's detached teardown) and finishes those whose remover
+  /// died; returns the directories still being removed after that.
+  std::vector<std::string> settle_removals();
+  /// How long settle_removals and gc wait for removals in flight.
+  static constexpr int kRemovalWaitMs = 30'000;
   /// Each driver's pool.
   std::vector<PoolStatus> pool_status();
   /// Destroys the pooled (unclaimed) sandboxes of `driver` (all drivers when

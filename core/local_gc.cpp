@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <set>
 
 #include "core/agent_client.hpp"
@@ -140,9 +141,13 @@ GcReport LocalBackend::gc(bool dry_run) {
     });
     live.insert(id);
   }
+  // A removal in flight (a one-shot's detached teardown) is waited for, so what
+  // gc leaves is what stays; one whose remover died is finished at once.
+  auto removals_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kRemovalWaitMs);
   for (auto& path : registry_.unfinished_removals()) {
-    if (within_grace(path, now)) continue;
-    act({"stray_dir", path, "a sandbox directory whose removal was cut short", false, ""}, [&] { remove_tree(path); });
+    if (registry_.await_removal(path, removals_deadline) != Registry::RemovalEnd::abandoned) continue;
+    act({"stray_dir", path, "a sandbox directory whose removal was cut short", false, ""},
+        [&] { registry_.finish_removal(path); });
   }
   // A sandbox created since `recs` was read has its record by now (made before its cgroup,
   // mounts or runsc container): read again, or the sweep takes it for an orphan and kills it.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <set>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/fault.hpp"
@@ -22,6 +23,7 @@ constexpr const char* kRecord = "record.json";
 constexpr std::string_view kRemoving = ".removing-";  // a sandbox directory on its way out (never a valid id)
 constexpr const char* kActivity = "activity";
 constexpr const char* kRootLock = "registry.lock";
+constexpr const char* kLock = "lock";
 
 // A sandbox keeps its name from its creation (state creating, so a concurrent
 // create sees it) until it is removed, dead or not.
@@ -204,10 +206,15 @@ void Registry::remove(const std::string& id) {
   if (!valid_sandbox_id(id)) throw Error(Errc::invalid_argument, "not a sandbox id: " + id);
   // Renamed away first: whoever waited for the lock finds the sandbox gone at
   // once and whole, not half-removed; gc sweeps what a crash leaves of the rename.
+  // The lock file goes last: while it can be opened, whoever holds it is still
+  // removing (await_removal), so `rm --all` can wait for a one-shot's teardown.
   std::string going = sandboxes_ + "/" + std::string(kRemoving) + id;
-  if (::rename(dir(id).c_str(), going.c_str()) == 0) return remove_tree(going);
+  if (::rename(dir(id).c_str(), going.c_str()) == 0) {
+    fault::point("rm.renamed");
+    return remove_tree_last(going, kLock);
+  }
   if (errno == ENOENT) return;
-  remove_tree(dir(id));  // e.g. a crash's leftover holds that name
+  remove_tree_last(dir(id), kLock);  // e.g. a crash's leftover holds that name
 }
 
 std::vector<std::string> Registry::unfinished_removals() const {
@@ -220,11 +227,42 @@ std::vector<std::string> Registry::unfinished_removals() const {
   return out;
 }
 
-Fd Registry::lock(const std::string& id, bool exclusive) const { return lock_file(dir(id) + "/lock", exclusive); }
+Registry::RemovalEnd Registry::await_removal(const std::string& path, std::chrono::steady_clock::time_point deadline) const {
+  using namespace std::chrono_literals;
+  auto gone = [&] {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) != 0 && errno == ENOENT;
+  };
+  Fd fd(::open((path + "/" + kLock).c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd) {
+    // The lock file goes last: without it, the remover is at its last rmdir, or died there.
+    auto until = std::min(deadline, std::chrono::steady_clock::now() + 200ms);
+    while (!gone()) {
+      if (std::chrono::steady_clock::now() >= until) return RemovalEnd::abandoned;
+      std::this_thread::sleep_for(5ms);
+    }
+    return RemovalEnd::gone;
+  }
+  // Polled, not a blocking flock: a remover stopped with SIGSTOP must not hold the caller forever.
+  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) throw sys_error("cannot lock " + path + "/" + kLock, errno);
+    if (std::chrono::steady_clock::now() >= deadline) return RemovalEnd::running;
+    std::this_thread::sleep_for(5ms);
+  }
+  return gone() ? RemovalEnd::gone : RemovalEnd::abandoned;
+}
+
+void Registry::finish_removal(const std::string& path) const {
+  Fd fd(::open((path + "/" + kLock).c_str(), O_RDWR | O_CLOEXEC));
+  if (fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) throw Error(Errc::conflict, "its remover is still at work; kept");
+  remove_tree_last(path, kLock);
+}
+
+Fd Registry::lock(const std::string& id, bool exclusive) const { return lock_file(dir(id) + "/" + kLock, exclusive); }
 
 Fd Registry::lock_if_present(const std::string& id, bool exclusive) const {
   // No O_CREAT: a lock file made in a directory being removed would keep it from going.
-  std::string path = dir(id) + "/lock";
+  std::string path = dir(id) + "/" + kLock;
   Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!fd) {
     if (errno == ENOENT) return find(id) ? lock(id, exclusive) : Fd{};  // a record from before lock files
@@ -238,14 +276,14 @@ Fd Registry::lock_if_present(const std::string& id, bool exclusive) const {
 }
 
 Fd Registry::try_lock(const std::string& id) const {
-  Fd fd(::open((dir(id) + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  Fd fd(::open((dir(id) + "/" + kLock).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) fd.reset();
   return fd;
 }
 
 bool Registry::abandoned(const std::string& id) const {
   // No O_CREAT: a directory without a lock file is judged by its age instead.
-  Fd fd(::open((dir(id) + "/lock").c_str(), O_RDWR | O_CLOEXEC));
+  Fd fd(::open((dir(id) + "/" + kLock).c_str(), O_RDWR | O_CLOEXEC));
   return fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0;  // closing fd drops the lock again
 }
 

@@ -4,6 +4,7 @@
 // takes a lock on the root, updates of one sandbox a lock on that sandbox.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,8 +52,16 @@ class Registry {
   std::vector<std::string> stray_dirs() const;
   /// Deletes a sandbox's directory (after its driver freed everything else).
   void remove(const std::string& id);
-  /// Directories whose removal was cut short (their remover died): gc's to delete.
+  /// Directories being removed, or whose removal was cut short (their remover died).
   std::vector<std::string> unfinished_removals() const;
+  /// How a removal (one of unfinished_removals) ended, waited for until a deadline.
+  enum class RemovalEnd { gone, abandoned, running };
+  /// Waits, until `deadline`, for the remover that holds the lock inside `path`
+  /// to let go: gone (it finished), abandoned (it died: what it left is
+  /// finish_removal's) or running (it still holds the lock).
+  RemovalEnd await_removal(const std::string& path, std::chrono::steady_clock::time_point deadline) const;
+  /// Deletes what a dead remover left at `path`, holding its lock.
+  void finish_removal(const std::string& path) const;
   /// Takes the per-sandbox lock (held while the returned Fd lives): shared for
   /// users of a sandbox (exec, cp), exclusive for whoever destroys it.
   Fd lock(const std::string& id, bool exclusive = true) const;

@@ -284,6 +284,59 @@ def test_exec_rm_answers_before_its_teardown_and_gc_finishes_a_cut_one(gc_sbx, d
     assert not mountinfo_lines_mentioning(gc_sbx.sandbox_dir(sid))
 
 
+def _removals_left(s: Sbx) -> list[str]:
+    return sorted(p.name for p in Path(s.state_dir, "sandboxes").glob(".removing-*"))
+
+
+def _one_shot_torn_down_in_the_background(s: Sbx, driver: str, env: dict) -> None:
+    """A one-shot whose detached teardown gets env, which has reached the rename when this returns."""
+    before = set(s.ls_ids())
+    trace = Path(s.state_dir, f"trace-{secrets.token_hex(4)}")
+    r = s.run("exec", "--rm", "--driver", driver, "--", "sh", "-c", "exit 3",
+              env={**env, "SBX_TEST_FAULT_TRACE": str(trace)})
+    assert r.rc == 3, r
+    # The teardown reaches the rename (the stall or the crash is there) after the call returned.
+    assert wait_until(lambda: trace.exists() and "rm.renamed" in trace.read_text().split(), 60), r
+    assert not set(s.ls_ids()) - before  # past its record: `ls` and rm --all's listing no longer see it
+
+
+# A one-shot's teardown renames the sandbox's directory to .removing-ID, then deletes it. `rm --all`
+# lists sandboxes by record, so it returned while that delete ran, and CI's leak check found
+# .removing-ID (2026-12-07, under load). Stalled there for 3 s (a test-only point), the delete is
+# still running when rm --all starts: it must wait for it.
+@pytest.mark.only_drivers("subprocess", "runsc")
+def test_rm_all_waits_for_a_one_shots_teardown_past_its_record(gc_sbx, driver):
+    _one_shot_torn_down_in_the_background(gc_sbx, driver, {"SBX_TEST_STALL_AT": "rm.renamed:3000"})
+    assert _removals_left(gc_sbx), "the stalled teardown should still be deleting"
+    gc_sbx.run("rm", "--all").ok()
+    assert not _removals_left(gc_sbx)
+
+
+@pytest.mark.only_drivers("subprocess")
+def test_gc_waits_for_a_one_shots_teardown_past_its_record(gc_sbx, driver):
+    _one_shot_torn_down_in_the_background(gc_sbx, driver, {"SBX_TEST_STALL_AT": "rm.renamed:3000"})
+    assert _removals_left(gc_sbx)
+    r = gc_sbx.run("gc", "--json").ok()
+    assert not json.loads(r.stdout)["actions"], r  # its own remover finished it
+    assert not _removals_left(gc_sbx)
+
+
+# Its remover killed after the rename: the lock it held is free, so rm --all and gc finish the
+# removal at once (gc waited two minutes, taking any such directory for a removal in progress).
+@pytest.mark.only_drivers("subprocess")
+@pytest.mark.parametrize("how", ["rm --all", "gc"])
+def test_a_removal_cut_short_after_its_rename_is_finished_at_once(gc_sbx, driver, how):
+    _one_shot_torn_down_in_the_background(gc_sbx, driver, {"SBX_TEST_CRASH_AT": "rm.renamed"})
+    (left,) = _removals_left(gc_sbx)
+    if how == "gc":
+        r = gc_sbx.run("gc", "--json").ok()
+        acts = [a for a in json.loads(r.stdout)["actions"] if a["target"].endswith(left)]
+        assert acts and acts[0]["kind"] == "stray_dir" and acts[0]["done"], r
+    else:
+        gc_sbx.run("rm", "--all").ok()
+    assert not _removals_left(gc_sbx)
+
+
 def test_gc_spares_other_state_roots(sbx, sandbox, session_root, driver):
     # Two state roots on one host (e.g. per-user roots, or CI jobs with their own
     # SBX_STATE_DIR). gc of one must not treat the other's live sandboxes as orphans.

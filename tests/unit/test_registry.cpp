@@ -10,9 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -549,4 +551,55 @@ TEST_CASE("registry: a creation is abandoned only once its creator's lock is fre
   // Without a lock file (an older build's creation) nothing is known: age decides.
   SandboxRecord b = reg.create(spec_with("b"));
   CHECK_FALSE(reg.abandoned(b.id));
+}
+
+TEST_CASE("registry: a removal past its rename is waited for, and finished once its remover died", "[registry]") {
+  using namespace std::chrono_literals;
+  TempDir tmp{"registry"};
+  Registry reg(tmp.path + "/state", kBase);
+  SandboxRecord a = reg.create(spec_with("a"));
+  sbx::Fd remover = reg.lock(a.id, true);
+  // Where Registry::remove stands after its rename (a one-shot's teardown, stalled or killed there).
+  std::string going = tmp.path + "/state/sandboxes/.removing-" + a.id;
+  REQUIRE(::rename(reg.dir(a.id).c_str(), going.c_str()) == 0);
+  REQUIRE(reg.unfinished_removals() == std::vector<std::string>{going});
+  CHECK(reg.list().empty());
+  CHECK(reg.await_removal(going, std::chrono::steady_clock::now()) == Registry::RemovalEnd::running);
+  CHECK(error_of([&] { reg.finish_removal(going); }).code() == Errc::conflict);
+
+  // The remover finishes (its lock file last) while this waits: gone.
+  std::thread finish([&] {
+    std::this_thread::sleep_for(50ms);
+    sbx::remove_tree_last(going, "lock");
+    remover.reset();
+  });
+  CHECK(reg.await_removal(going, std::chrono::steady_clock::now() + 10s) == Registry::RemovalEnd::gone);
+  finish.join();
+  CHECK(reg.unfinished_removals().empty());
+
+  // A remover that died after the rename left its lock free: abandoned, and finished here.
+  SandboxRecord b = reg.create(spec_with("b"));
+  std::string cut = tmp.path + "/state/sandboxes/.removing-" + b.id;
+  { sbx::Fd held = reg.lock(b.id, true); }
+  REQUIRE(::rename(reg.dir(b.id).c_str(), cut.c_str()) == 0);
+  CHECK(reg.await_removal(cut, std::chrono::steady_clock::now() + 10s) == Registry::RemovalEnd::abandoned);
+  reg.finish_removal(cut);
+  CHECK(reg.unfinished_removals().empty());
+
+  // No lock file (it goes last, so its remover died at the very end, or an older build's): abandoned too.
+  sbx::make_dirs(cut + "/sub");
+  CHECK(reg.await_removal(cut, std::chrono::steady_clock::now() + 10s) == Registry::RemovalEnd::abandoned);
+  reg.finish_removal(cut);
+  CHECK(reg.unfinished_removals().empty());
+}
+
+TEST_CASE("registry: remove under its remover's lock leaves nothing", "[registry]") {
+  TempDir tmp{"registry"};
+  Registry reg(tmp.path + "/state", kBase);
+  SandboxRecord a = reg.create(spec_with("a"));
+  sbx::make_dirs(reg.dir(a.id) + "/rootfs/deep/er");
+  sbx::Fd held = reg.lock(a.id, true);  // its remover's, as in LocalBackend::destroy
+  reg.remove(a.id);
+  CHECK(reg.unfinished_removals().empty());
+  CHECK(::access(reg.dir(a.id).c_str(), F_OK) != 0);
 }
