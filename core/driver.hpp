@@ -42,6 +42,8 @@ class Driver {
   /// Once the agent answers, before create returns and before any exec: what
   /// start left for then (deno: a Python one-shot's interpreter load, then its CPU cap).
   virtual void finish_start(SandboxRecord& /*rec*/, const std::string& /*dir*/) {}
+  /// How long create waits for a new sandbox's agent to answer.
+  virtual int ready_timeout_ms(const SandboxRecord& /*rec*/) const { return 30'000; }
   /// Opens a new byte stream to the sandbox's agent.
   virtual Fd connect(const SandboxRecord& rec, const std::string& dir) = 0;
   /// Whether the agent's sockets are this host kernel's and connect() is a Unix socket,

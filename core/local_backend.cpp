@@ -24,8 +24,6 @@
 namespace sbx {
 
 namespace {
-// How long a new sandbox's agent may take to answer before create gives up.
-constexpr int kReadyTimeoutMs = 30'000;
 bool valid_env_key(const std::string& k) {
   if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) return false;
   return true;
@@ -187,7 +185,8 @@ SandboxRecord LocalBackend::start_new(const SandboxSpec& spec, Driver& driver, c
 
 void LocalBackend::wait_ready(SandboxRecord& rec, Driver& driver, const std::string& dir, const Progress& progress) {
   // Ready means the agent answers, not merely that a process exists.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
+  int timeout_ms = driver.ready_timeout_ms(rec);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   int waited = 0;
   for (int delay_us = 200;; delay_us = std::min(delay_us * 2, 50'000)) {
     try {
@@ -200,7 +199,7 @@ void LocalBackend::wait_ready(SandboxRecord& rec, Driver& driver, const std::str
       if (!driver.alive(rec)) throw Error(Errc::unavailable, "the sandbox exited while starting").add_context(e.what());
       if (std::chrono::steady_clock::now() > deadline)
         throw Error(Errc::timeout, "the sandbox's agent did not answer within " +
-                                       std::to_string(kReadyTimeoutMs / 1000) + " s")
+                                       std::to_string(timeout_ms / 1000) + " s")
             .add_context("last attempt: " + std::string(e.what()));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));

@@ -147,6 +147,13 @@ class MicrovmDriver : public Driver {
     return note;
   }
 
+  // Under TCG a boot is emulated: 3-10 s alone, and once over 30 s from a just-built
+  // image disk while CI's other lane loaded both cores. A VM that dies is seen at once
+  // (alive), so the longer wait only spares one that is slow.
+  int ready_timeout_ms(const SandboxRecord& rec) const override {
+    return str(rec, "accel", "") == "tcg" ? 120'000 : 30'000;
+  }
+
   void start(SandboxRecord& rec, const std::string& dir) override {
     const auto& spec = rec.spec;
     check_spec(spec);

@@ -16,8 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/relay_map.hpp"
+#include "backends/drivers.hpp"
 #include "backends/microvm/guest.hpp"
 #include "backends/microvm/vmm.hpp"
+#include "core/config.hpp"
 #include "core/fsutil.hpp"
 #include "core/protocol.hpp"
 #include "core/unix_socket.hpp"
@@ -407,4 +409,17 @@ TEST_CASE("the agent's cpio is newc, holds /sbin/sbx-agent and is padded for the
   CHECK(hdr.substr(54, 8) == "0000000F");
   CHECK(c.find(bin) != std::string::npos);
   CHECK(c.find("TRAILER!!!") != std::string::npos);
+}
+
+TEST_CASE("microvm: create waits longer for a VM booting under TCG", "[microvm]") {
+  // Once over 30 s from a just-built image disk, under load: a TCG boot gets 120 s.
+  sbx::Config cfg;
+  auto driver = sbx::find_driver(sbx::builtin_drivers(), "microvm")->make(cfg);
+  sbx::SandboxRecord rec;
+  rec.driver_data["accel"] = "tcg";
+  CHECK(driver->ready_timeout_ms(rec) == 120'000);
+  rec.driver_data["accel"] = "kvm";
+  CHECK(driver->ready_timeout_ms(rec) == 30'000);
+  auto subprocess = sbx::find_driver(sbx::builtin_drivers(), "subprocess")->make(cfg);
+  CHECK(subprocess->ready_timeout_ms(rec) == 30'000);
 }
