@@ -67,7 +67,7 @@ Registry::Registry(std::string root, uint32_t uid_base)
 
 std::string Registry::dir(const std::string& id) const { return sandboxes_ + "/" + id; }
 
-SandboxRecord Registry::create(const SandboxSpec& spec, Fd* creating) {
+SandboxRecord Registry::create(const SandboxSpec& spec, Fd* creating, const OneShotClient& one_shot) {
   Fd guard = lock_file(root_ + "/" + kRootLock);
   auto recs = list();
   check_name_among(recs, spec, "");
@@ -92,6 +92,8 @@ SandboxRecord Registry::create(const SandboxSpec& spec, Fd* creating) {
   rec.created_ms = now_ms();
   rec.slot = slot;
   rec.uid_base = static_cast<uint32_t>(base);
+  // In the first record: a client killed mid-create leaves nothing gc would keep.
+  rec.one_shot = one_shot;
   try {
     if (creating) *creating = lock(rec.id, true);
     fault::point("create.state_dir");

@@ -30,7 +30,8 @@ class Registry {
   /// creating, if given, receives the sandbox's exclusive lock, taken before
   /// the record exists: while its creator lives nobody else holds it, so gc
   /// tells a creation in progress from one whose creator died (Registry::abandoned).
-  SandboxRecord create(const SandboxSpec& spec, Fd* creating = nullptr);
+  /// one_shot: the client a one-shot sandbox lives for, in its first record.
+  SandboxRecord create(const SandboxSpec& spec, Fd* creating = nullptr, const OneShotClient& one_shot = {});
   /// Saves a record atomically (readers see the old or the new one).
   void save(const SandboxRecord& rec);
   /// Saves a record that now carries a name (a pool claim), after checking

@@ -517,6 +517,15 @@ TEST_CASE("registry: a one-shot record keeps the client it lives for", "[registr
   CHECK(back->one_shot.pid_ns == rec.one_shot.pid_ns);
   CHECK(back->one_shot.command.empty());  // for the driver that starts it, not saved
   CHECK(reg.find(plain.id)->one_shot.pid == 0);
+  // Given to create, the client is in the first record, with no second save.
+  sbx::OneShotClient client{::getpid(), sbx::proc::start_time(::getpid()), sbx::proc::pid_namespace(), "sh"};
+  SandboxRecord first = reg.create(spec_with("first"), nullptr, client);
+  CHECK(first.one_shot.command == "sh");
+  auto saved = reg.find(first.id);
+  REQUIRE(saved);
+  CHECK(saved->one_shot.pid == ::getpid());
+  CHECK(saved->one_shot.start == client.start);
+  CHECK(saved->state == SandboxState::creating);
 }
 
 TEST_CASE("pinned pid: alive while it runs, not once reaped or for another start time", "[registry]") {
