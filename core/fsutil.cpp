@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -93,6 +94,16 @@ void write_file_atomic(const std::string& path, std::string_view data, unsigned 
     throw;
   }
   fd.reset();
+  // Without fsync, an existing target is swapped with the temp file rather than
+  // renamed over: ext4 starts writing back a file renamed over another
+  // (auto_da_alloc), which cost ~0.12 ms a save here, and a swap does not.
+  // Readers see the old or the new file either way; the old one then goes.
+  if (durability == Durability::survive_process &&
+      ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
+    ::unlink(tmp.c_str());
+    return;
+  }
+  // No target yet (ENOENT), or a filesystem without the swap (EINVAL): a rename.
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());

@@ -22,10 +22,11 @@ std::optional<std::string> proc_cmdline(const std::string& pid);
 /// How hard write_file_atomic works to survive a power cut.
 enum class Durability {
   survive_crash,    ///< fsync the file and its directory: survives a power cut
-  survive_process,  ///< rename only: readers and a restarted process see old or new, never a part
+  survive_process,  ///< no fsync: readers and a restarted process see old or new, never a part
 };
 /// Writes a file so that readers see the old or the new content, never a
-/// part: a temp file in the same directory renamed over the target.
+/// part: a temp file in the same directory renamed over (or, with
+/// survive_process, swapped with) the target.
 void write_file_atomic(const std::string& path, std::string_view data, unsigned mode = 0644,
                        Durability durability = Durability::survive_crash);
 /// Writes to an existing file such as a cgroup or /proc knob (no truncation games).

@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -64,5 +66,26 @@ TEST_CASE("proc_cmdline: a process that exits meanwhile is gone, not an error") 
     int status;
     ::waitpid(child, &status, 0);
     CHECK_FALSE(sbx::proc_cmdline(std::to_string(child)));
+  }
+}
+
+TEST_CASE("write_file_atomic replaces a file whole and leaves no temp file, in both durabilities") {
+  TempDir t{"fsutil"};
+  for (auto durability : {sbx::Durability::survive_process, sbx::Durability::survive_crash}) {
+    std::string path = t.path + "/record.json";
+    ::unlink(path.c_str());
+    sbx::write_file_atomic(path, "first", 0600, durability);  // no target yet: a plain rename
+    // A reader that opened the old file keeps reading it whole (a swap, or a rename over it).
+    FILE* reader = std::fopen(path.c_str(), "r");
+    REQUIRE(reader);
+    sbx::write_file_atomic(path, "second, longer", 0600, durability);
+    char buf[32] = {};
+    CHECK(std::string(buf, std::fread(buf, 1, sizeof buf, reader)) == "first");
+    std::fclose(reader);
+    CHECK(sbx::read_file_if_exists(path).value_or("") == "second, longer");
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0600);
+    CHECK(sbx::dir_entries(t.path) == std::vector<std::string>{"record.json"});
   }
 }
