@@ -196,14 +196,7 @@ std::vector<std::string> dir_entries(const std::string& dir) {
   return out;
 }
 
-void remove_tree(const std::string& path) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return;
-    throw sys_error("cannot stat " + path, errno);
-  }
-  with_context("removing " + path, [&] { remove_at(AT_FDCWD, path.c_str(), st.st_dev); });
-}
+void remove_tree(const std::string& path) { remove_tree_last(path, nullptr); }
 
 void remove_tree_last(const std::string& path, const char* last) {
   struct stat st {};
