@@ -129,7 +129,10 @@ def test_vanished_client_has_its_tree_killed(manager, box):
         ws = await ws_connect(manager, f"/v1/sandboxes/{box}/exec/ws")
         await ws.send(json.dumps({"cmd": ["sh", "-c", "sleep 300 & echo started; sleep 300"]}))
         await read_until(ws, b"started\n")
-        assert sleeps_in(manager, box).splitlines() == ["sleep", "sleep"]
+        # "started" comes before the second sleep's fork, and either may not have
+        # exec'd yet under load: wait for both, or the drop would be tested on nothing.
+        assert wait_until(lambda: sleeps_in(manager, box).splitlines() == ["sleep", "sleep"], 10), \
+            sleeps_in(manager, box)
         ws.transport.abort()  # the TCP connection drops: no close frame
 
     asyncio.run(go())
@@ -336,6 +339,7 @@ def test_runsc_exec_ws(managers, sbx):
         await ws.send(json.dumps({"cmd": ["sh", "-c", "read a; echo got:$a; sleep 300 & sleep 300"]}))
         await ws.send(bytes([STDIN]) + b"gvisor\n")
         await read_until(ws, b"got:gvisor\n")
+        assert wait_until(lambda: sleeps_in(m, sid).splitlines() == ["sleep", "sleep"], 15), sleeps_in(m, sid)
         ws.transport.abort()
 
     asyncio.run(go())
