@@ -23,11 +23,12 @@ scripts/ci-manifests.sh
 
 # The unit tests again under ASan/UBSan, and each libFuzzer target of
 # tests/fuzz for SBX_FUZZ_SECONDS (12 s here; longer runs: SBX_FUZZ_SECONDS=600
-# scripts/fuzz.sh); any crash, leak or timeout fails. Their two builds take
-# ~10 minutes on two cores when the compiler cache is cold (a fresh machine, or
-# a header most files include changed), so with two lanes they compile while
-# the lanes run, at idle priority: the lanes leave a core idle for much of
-# their time (waiting on QEMU, sleeps, timeouts), and SCHED_IDLE takes only that.
+# scripts/fuzz.sh); any crash, leak or timeout fails. Their two builds took
+# ~7 minutes of CI's time before the lanes when the compiler cache was cold (a
+# fresh machine, or a header most files include changed), so with two lanes
+# they compile while the lanes run, at idle priority: the lanes keep the two
+# cores only 55% busy (waiting on QEMU, sleeps, timeouts), and SCHED_IDLE
+# takes what they leave (it still costs them ~8%: caches and disk are shared).
 # The sanitized tests and the fuzzing themselves run after the lanes, at full speed.
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 sanitized_builds() {
