@@ -39,8 +39,8 @@ run() {  # name binary [env...]
        -artifact_prefix="$out/artifacts/$name-" "$work" "tests/fuzz/corpus/${bin##*/}" >"$log" 2>&1; then
     echo "-- $name: ok, $(sed -n 's/^stat::number_of_executed_units: *//p' "$log") executions in ${seconds} s"
   else
-    # Printed after every run has ended, so that another run's lines cannot cut into it.
     echo "-- $name: FAILED"
+    # Its log's tail is printed after every run has ended, so that another run's lines cannot cut into it.
     tail -n 60 "$log" >"$failed/$name"
   fi
   rm -rf "$log" "$work"
